@@ -1,0 +1,103 @@
+"""How a value becomes what a store holds, and back.
+
+What a step's result becomes in the store is a boundary decision that belongs to the
+application (what an operator reads out of the store, what another language parses),
+so the codec is an interface every store takes rather than a choice made here.
+
+It is one object rather than a pair of functions because both requirements are about the
+pair: ``decode(encode(x))`` MUST equal ``x``, or a resumed pass sees something the first
+pass did not, one crash later; and ``encode`` MUST be deterministic, because ``record``
+decides who won a race by comparing encodings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Protocol, TypeVar
+
+__all__ = ["CheckpointCodec", "JsonCodec", "UnencodableValue", "encode_value"]
+
+Encoded = TypeVar("Encoded")
+
+
+class CheckpointCodec(Protocol[Encoded]):
+    """Turns values into what a store holds. Only the encoded side is a type parameter:
+    a checkpoint is heterogeneous by construction, so the decoded side is ``object`` and
+    any precision belongs inside the codec (a pydantic ``TypeAdapter``, say)."""
+
+    def encode(self, value: object) -> Encoded:
+        """Deterministic: equal values MUST encode to equal results, every time."""
+        ...
+
+    def decode(self, encoded: Encoded) -> object:
+        """The inverse of ``encode``: ``decode(encode(x)) == x`` MUST hold."""
+        ...
+
+
+class UnencodableValue(TypeError):
+    """A value the store's codec refuses. Raised before anything is written."""
+
+    def __init__(self, workflow: str, key: str, value: object, reason: BaseException) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.value = value
+        shown = repr(value)
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
+        super().__init__(
+            f"workflow {workflow!r}, key {key!r}: the store's codec cannot encode {shown}: "
+            f"{reason}; return a value the codec accepts (JsonCodec takes None, bool, int, "
+            "finite float, str, list, tuple and dict with str keys) or configure another codec"
+        )
+
+
+class JsonCodec:
+    """The default codec: stdlib ``json``, text out.
+
+    Keys are sorted and separators fixed so that equal values always encode alike, which
+    is what lets a store compare encodings to decide a race. NaN and infinities are refused
+    rather than written as the non-standard tokens ``json`` would emit, which other
+    languages' parsers reject. A tuple encodes as an array and so decodes as a list: the
+    round trip is not the identity for tuples, which is why every durable read takes a
+    parser.
+    """
+
+    __slots__ = ()
+
+    def encode(self, value: object) -> str:
+        try:
+            return json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
+        except ValueError as error:
+            if _holds_non_finite(value):
+                raise TypeError("NaN and infinite floats have no JSON encoding") from error
+            raise TypeError(str(error)) from error
+
+    def decode(self, encoded: str) -> object:
+        return json.loads(encoded)
+
+    def __repr__(self) -> str:
+        return "JsonCodec()"
+
+
+def _holds_non_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_holds_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_non_finite(v) for v in value)
+    return False
+
+
+def encode_value(
+    codec: CheckpointCodec[Encoded], value: object, *, workflow: str, key: str
+) -> Encoded:
+    """Encode ``value`` for ``workflow``/``key``, turning any refusal into
+    :class:`UnencodableValue` so the caller learns which workflow and key it was."""
+    try:
+        return codec.encode(value)
+    except (TypeError, ValueError, OverflowError, RecursionError) as error:
+        raise UnencodableValue(workflow, key, value, error) from error

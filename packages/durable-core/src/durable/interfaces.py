@@ -1,0 +1,359 @@
+"""The protocols a store implements and the values they exchange.
+
+A reader deciding what a store owes reads this one file. Every requirement below is
+stated once here, proved by a conformance test of the same name, and argued for in
+``docs/guarantees.md``.
+
+Two protocols, because a workflow's durable state is two things that can live in two
+stores: what it has done (:class:`Checkpointer`) and when it may run next
+(:class:`Scheduler`). A third, :class:`Durable`, bundles a pair of them and names the
+moves that have to cross both, so that a caller can never hold half of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Never, Protocol, runtime_checkable
+
+from typing_extensions import TypeVar
+
+__all__ = [
+    "INBOX_PREFIX",
+    "Checkpointer",
+    "Contended",
+    "Delivery",
+    "Durable",
+    "Effect",
+    "Entry",
+    "Fenced",
+    "Interruption",
+    "Pass",
+    "Recorded",
+    "Scheduler",
+    "StoreError",
+    "Suspended",
+    "Swallowed",
+    "inbox_key",
+]
+
+Effect = TypeVar("Effect", contravariant=True, default=Never)
+"""What a store can commit alongside a record.
+
+Contravariant and defaulting to ``Never``: a bare ``Checkpointer`` accepts every store,
+and ``transact`` on it takes an argument of type ``Never``, so it is uncallable rather
+than absent on a store that offers nothing to co-commit.
+"""
+
+INBOX_PREFIX = "durable.inbox:"
+"""Every key that :meth:`Checkpointer.append` picks starts with this, and nothing else may.
+
+``Run.receive`` tells inbox entries from a workflow's own records by this prefix, so the
+stores share it rather than each choosing a shape of their own.
+"""
+
+_INBOX_DIGITS = 20  # enough for any non-negative 64-bit counter
+
+
+def inbox_key(position: int) -> str:
+    """The inbox key for ``position``, zero-padded so that keys sort as their numbers do.
+
+    Stores call this with whatever number they drew for the entry (a per-workflow count,
+    a shared sequence); the numbers need not be contiguous, only increasing in append
+    order within one workflow.
+    """
+    if position < 0:
+        raise ValueError(f"an inbox position cannot be negative, got {position}")
+    return f"{INBOX_PREFIX}{position:0{_INBOX_DIGITS}d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """The right to write to ``workflow``, as minted by the store's ``claim``.
+
+    ``token`` is a number rather than a name because the store fences by comparison: it
+    refuses any write carrying a token below the highest it has issued for the workflow.
+    The store mints it, never the claimant, so no two passes can agree to share one.
+    Tokens strictly increase per workflow forever: across release, expiry, discard and
+    (on stores with TTLs) the expiry of the claim's own key.
+    """
+
+    workflow: str
+    token: int
+
+    def __str__(self) -> str:
+        return f"pass {self.token} on {self.workflow!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a write left in the store, and whether this write is the one that put it there.
+
+    ``value`` is the stored value decoded. ``first`` is decided by the store comparing
+    encodings, never by the caller comparing values: a value crosses the codec both ways,
+    so a write that won outright can be handed back something unequal (a tuple returns
+    as a list under ``JsonCodec``). A write whose encoding equals the stored one counts as
+    first, since nothing distinguishes the two.
+    """
+
+    value: object
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record with the moment it landed.
+
+    ``at`` is the store's clock (timezone-aware UTC) read at the winning write: the same
+    clock every lease is measured by, and never restamped by a later losing write or a
+    replayed step.
+    """
+
+    key: str
+    value: object
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One handing-out of ``workflow`` by a scheduler.
+
+    ``receipt`` lets the scheduler tell this delivery from a wakeup that arrived after it
+    was taken: answering for a stale receipt never undoes a newer ``make_ready``.
+    """
+
+    workflow: str
+    receipt: str
+
+
+class StoreError(Exception):
+    """A store could not do what was asked, for a reason a person must act on."""
+
+
+class Interruption(BaseException):
+    """This pass may not continue; says nothing about whether the work is good.
+
+    A ``BaseException`` for the reason ``asyncio.CancelledError`` is one: an
+    ``except Exception`` written to handle a declined card must not absorb the news that
+    another pass now owns the workflow. A saga's compensation is exactly such a handler.
+    """
+
+
+class Fenced(Interruption):
+    """The store refused a write: a newer pass was claimed, the workflow was discarded, or
+    this pass spent its budget. Stop this pass; whoever holds the newer token carries on."""
+
+
+class Contended(Interruption):
+    """Another pass holds this workflow right now, so this one never started."""
+
+
+class Suspended(Interruption):
+    """The body reached a wait (a sleep, an awaited value, an empty inbox).
+
+    Drivers never see it: ``resume`` catches it and answers ``Sleeping`` or ``Blocked``.
+    It is a ``BaseException`` for its journey up through the author's own code, past
+    whatever they wrapped their steps in.
+    """
+
+
+class Swallowed(Exception):
+    """A workflow body returned after reaching a wait.
+
+    ``asyncio.gather(return_exceptions=True)`` and ``asyncio.wait`` hand a ``Suspended``
+    back as a value, so a body can capture one without writing an ``except``. Every wait
+    writes itself onto its ``Run`` before raising, and ``resume`` refuses a body that
+    returns having reached one rather than reporting a workflow that is not finished as
+    finished. This is a bug in the body, hence an ordinary ``Exception``.
+    """
+
+    def __init__(self, workflow: str, keys: tuple[str, ...]) -> None:
+        self.workflow = workflow
+        self.keys = keys
+        waits = ", ".join(repr(k) for k in keys)
+        super().__init__(
+            f"the body of workflow {workflow!r} returned after reaching the wait(s) {waits}; "
+            "a Suspended was captured (gather(return_exceptions=True), asyncio.wait or an "
+            "except BaseException) instead of being allowed to propagate"
+        )
+
+
+@runtime_checkable
+class Checkpointer(Protocol[Effect]):
+    """What a workflow has done, and who may add to it.
+
+    Every value crosses the store's codec on the way in and on the way out, so a step's
+    result is handed back as the store holds it on the pass that ran it exactly as on the
+    pass that replays it. Values the codec cannot encode and non-positive durations are
+    refused at the boundary with an error naming the workflow and key; nothing is written.
+    """
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        """Every record of ``workflow``, decoded, in the order each key was first recorded.
+
+        ``{}`` for an unknown workflow. The order is the guarantee and no number behind it
+        is: the returned dict preserves insertion order, and a losing write (to a key that
+        already holds a value) moves nothing.
+        """
+        ...
+
+    async def history(self, workflow: str) -> list[Entry]:
+        """The records ``load`` returns, in the same order, each stamped with the store's
+        clock at its winning write."""
+        ...
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        """Take the workflow for one pass, or ``None`` while another live pass holds it.
+
+        Two deadlines, because one was answering two questions: ``liveness`` is how soon a
+        dead holder is noticed (the holder renews it while it runs) and ``budget`` is how
+        long the pass may take at all (renewal never lifts it). The claim is free once
+        either has passed, or once it is released. Checking and taking are one step.
+        """
+        ...
+
+    async def renew(self, holder: Pass) -> Pass:
+        """Push ``holder``'s liveness forward, never past its budget.
+
+        Raises ``Fenced`` when a newer token has been issued or the budget is spent.
+        """
+        ...
+
+    async def release(self, holder: Pass) -> None:
+        """Free the workflow now. A stale holder's release frees nothing, and a released
+        pass's own later writes are refused."""
+        ...
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        """Write ``value`` under ``key`` unless the key already holds one.
+
+        Refuses a token below the highest issued for the workflow with ``Fenced``, writing
+        nothing. Never overwrites. Durable before it returns.
+        """
+        ...
+
+    async def transact(self, holder: Pass, key: str, effect: Effect) -> Recorded:
+        """Perform ``effect`` in the store and record its result under ``key``, in one commit.
+
+        At most once across all passes: if ``key`` is already recorded the effect is not
+        performed and the stored value is returned with ``first=False``. Neither half
+        without the other: an effect that raises leaves no record and none of its writes;
+        a fenced holder's effect is not applied.
+        """
+        ...
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        """Write from outside a pass: first-writer-wins, no claim needed, never blocked or
+        refused because a pass is running. Returns the value the key now holds."""
+        ...
+
+    async def append(self, workflow: str, value: object) -> str:
+        """Add ``value`` to the workflow's inbox under a key the store picks, and return it.
+
+        Concurrent appends get distinct keys and none is lost; the keys (each starting with
+        ``INBOX_PREFIX``) sort into append order within the workflow; the entry is an
+        ordinary record that ``load`` returns at its append position. The key's order and
+        ``load``'s order are one order. Nothing is ever consumed.
+        """
+        ...
+
+    async def discard(self, workflow: str) -> None:
+        """Forget every record and raise the fence, keeping the claim's ordering.
+
+        A pass in flight is refused at its next write, and the id is claimable at once,
+        with a token higher than any issued before.
+        """
+        ...
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """When a workflow may run.
+
+    A workflow made ready is eventually delivered, even if its taker dies mid-pass and even
+    if the wakeup lands while a pass on it runs. Answering for a delivery (``wake_at`` or
+    ``done``) never undoes a ``make_ready`` that landed after it was taken, and never
+    reinstates a workflow cancelled since.
+    """
+
+    @property
+    def lease(self) -> timedelta:
+        """How long a taken delivery stays hidden before it may be handed out again."""
+        ...
+
+    async def prepare(self) -> None:
+        """Create whatever the scheduler needs (a consumer group, a table). Idempotent."""
+        ...
+
+    async def make_ready(self, workflow: str) -> None:
+        """Make ``workflow`` runnable now."""
+        ...
+
+    async def next_ready(self, within: timedelta) -> Delivery | None:
+        """Take one runnable workflow, waiting up to ``within`` for one to appear."""
+        ...
+
+    async def reclaim(self, idle: timedelta) -> Delivery | None:
+        """Take over one delivery whose taker has not answered for ``idle``, if any."""
+        ...
+
+    async def wake_at(self, delivery: Delivery, when: datetime) -> None:
+        """Schedule the workflow for ``when`` and answer for ``delivery``, in one call.
+
+        If a ``make_ready`` has landed since ``delivery`` was taken, that wakeup wins. If
+        the workflow was cancelled since, nothing is reinstated.
+        """
+        ...
+
+    async def wake_due(self, now: datetime) -> tuple[str, ...]:
+        """Move every workflow whose deadline is at or before ``now`` to runnable.
+
+        One durable move per workflow, so concurrent timers move each at most once.
+        Returns the ids moved by this call.
+        """
+        ...
+
+    async def done(self, delivery: Delivery) -> None:
+        """Answer for ``delivery`` with nothing further to schedule."""
+        ...
+
+    async def cancel(self, workflow: str) -> None:
+        """Forget the workflow's pending and scheduled runs."""
+        ...
+
+
+@runtime_checkable
+class Durable(Protocol[Effect]):
+    """A checkpointer and a scheduler, and the moves that cross the two.
+
+    Recording the value a workflow waits on and making it runnable are durable only
+    together, so they are one method here and a caller can never do half. Implementations
+    differ in what they guarantee, not in what they offer: ``atomic`` says whether each move
+    is one commit (a shared connection or pool) or two writes in the safe order.
+    """
+
+    @property
+    def checkpointer(self) -> Checkpointer[Effect]: ...
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def atomic(self) -> bool:
+        """True when ``arrive``, ``send`` and ``discard`` are each one commit."""
+        ...
+
+    async def arrive(self, workflow: str, key: str, value: object) -> object:
+        """Supply ``value`` under ``key`` (first-writer-wins) and make the workflow ready.
+
+        Returns the value the key now holds.
+        """
+        ...
+
+    async def send(self, workflow: str, value: object) -> str:
+        """Append ``value`` to the workflow's inbox and make it ready. Returns the key."""
+        ...
+
+    async def discard(self, workflow: str) -> None:
+        """Discard the workflow's records (raising its fence) and cancel its runs."""
+        ...

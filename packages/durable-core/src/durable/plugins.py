@@ -1,0 +1,287 @@
+"""Store discovery: the one place a store learns what it may provide.
+
+The shape is pytest's and pluggy's. This module holds the hook specifications; a store
+distribution declares an entry point in the ``durable`` group naming a module of
+``@hookimpl`` functions, and ``durable.open(url)`` picks the store whose ``schemes``
+include the URL's scheme. Nothing in ``durable`` imports a store.
+
+A third-party store answers one hook::
+
+    # mystore/plugin.py
+    from durable.plugins import StorePlugin, hookimpl
+
+    @hookimpl
+    def durable_store() -> StorePlugin:
+        return StorePlugin(name="mystore", schemes=("mystore",), open=open_store, ...)
+
+and declares it in its ``pyproject.toml``::
+
+    [project.entry-points.durable]
+    mystore = "mystore.plugin"
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol
+from urllib.parse import urlsplit
+
+import pluggy
+from typing_extensions import TypeVar
+
+from durable.interfaces import Durable, StoreError
+
+__all__ = [
+    "CAPABILITIES",
+    "BrokenStore",
+    "Probe",
+    "StorePlugin",
+    "Testbed",
+    "UnknownStore",
+    "broken_stores",
+    "for_url",
+    "hookimpl",
+    "hookspec",
+    "open",
+    "plugin_manager",
+    "store",
+    "stores",
+]
+
+log = logging.getLogger("durable.plugins")
+
+PROJECT = "durable"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+CAPABILITIES: Mapping[str, str] = {
+    "transact": "co-commits an effect with its record (Checkpointer.transact)",
+    "atomic-arrive": "arrive, send and discard are each one commit (Durable.atomic)",
+    "cluster": "runs on a sharded deployment",
+    "enumerate": "can list the workflows it holds",
+}
+"""The capability names the core knows. A third party may declare more."""
+
+E = TypeVar("E", default=Any)
+E_co = TypeVar("E_co", covariant=True, default=Any)
+
+
+class Probe(Protocol[E_co]):
+    """Effects the conformance suite hands to ``transact``, in the store's own language.
+
+    Each moves a counter that lives in the store, which is the only kind of effect a
+    store can co-commit. ``workflow`` is passed so that a store whose effects must share
+    the workflow's shard (a Redis Cluster hash slot) can place the counter there.
+    """
+
+    def bump(self, workflow: str, counter: str) -> E_co:
+        """An effect adding one to ``counter`` and returning its new value (an int)."""
+        ...
+
+    def bump_then_fail(self, workflow: str, counter: str) -> E_co:
+        """An effect that adds one to ``counter`` and then fails, so that a store which
+        really commits both halves together leaves the counter where it was."""
+        ...
+
+    async def count(self, workflow: str, counter: str) -> int:
+        """The counter's committed value, read independently of any transaction (0 when
+        it was never moved)."""
+        ...
+
+
+@dataclass
+class Testbed(Generic[E]):
+    """One test's fresh, isolated store, as a store's ``testing`` hook provides it.
+
+    ``durable`` is ready to use (tables created, scripts loaded) and shares nothing with any
+    other testbed. ``reopen`` opens a second, independent handle on the same backing store
+    (another connection or client), which is how durability and cross-connection fencing are
+    proven; ``url`` is a URL that ``durable.open`` in another process reaches the same
+    store with (``None`` where the store lives in one process). ``probe`` is required of a
+    store that declares ``transact``.
+    """
+
+    durable: Durable[E]
+    reopen: Callable[[], AbstractAsyncContextManager[Durable[E]]] | None = None
+    url: str | None = None
+    probe: Probe[E] | None = None
+    server: str | None = None
+    """What the store runs against, for the report header (credentials redacted)."""
+    extras: dict[str, object] = field(default_factory=dict)
+
+
+Opener = Callable[..., AbstractAsyncContextManager[Durable[Any]]]
+TestingHook = Callable[[str | None], AbstractAsyncContextManager[Testbed[Any]]]
+
+
+@dataclass(frozen=True)
+class StorePlugin:
+    """What a store distribution tells the core about itself.
+
+    ``open(url, **options)`` is an async context manager yielding a ready ``Durable``.
+    ``testing(url)`` is an async context manager yielding a fresh :class:`Testbed` per call,
+    against ``url`` when given (a server the user points the suite at) and otherwise the
+    store's own default (a temporary file, a loopback server, a container).
+    ``probe_effects`` is not a field: it lives on the testbed, because a probe needs the
+    testbed's own connection.
+    """
+
+    name: str
+    schemes: tuple[str, ...]
+    open: Opener
+    capabilities: frozenset[str] = frozenset()
+    testing: TestingHook | None = None
+    distribution: str | None = None
+    """The distribution that ships the store, for ``durable stores`` and report headers."""
+    description: str = ""
+
+    @property
+    def version(self) -> str | None:
+        if self.distribution is None:
+            return None
+        try:
+            return importlib.metadata.version(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+
+class DurableHooks:
+    """The hook specifications: everything a store plugin may answer."""
+
+    @hookspec
+    def durable_store(self) -> StorePlugin:  # type: ignore[empty-body]
+        """Describe the store this plugin provides."""
+
+
+class UnknownStore(StoreError, LookupError):
+    """No installed store answers for a name or URL scheme."""
+
+
+class BrokenStore(StoreError):
+    """A store plugin is installed but could not be loaded, or two share one name."""
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    stores: dict[str, StorePlugin]
+    broken: dict[str, str]
+
+
+_manager: pluggy.PluginManager | None = None
+_loaded: _Loaded | None = None
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    """The process's plugin manager, with every ``durable`` entry point loaded.
+
+    Loaded once and kept: entry points do not change while a process runs. A plugin that
+    fails to import is remembered with its error rather than silently dropped, so that
+    ``durable stores`` and the conformance suite can say why it is missing.
+    """
+    global _manager, _loaded
+    if _manager is None:
+        manager = pluggy.PluginManager(PROJECT)
+        manager.add_hookspecs(DurableHooks)
+        broken: dict[str, str] = {}
+        for ep in importlib.metadata.entry_points(group=PROJECT):
+            if manager.get_plugin(ep.name) is not None:
+                continue
+            try:
+                module = ep.load()
+            except Exception as error:  # a broken third-party plugin must not break ours
+                log.warning("store plugin %r (%s) failed to load: %s", ep.name, ep.value, error)
+                broken[ep.name] = f"{type(error).__name__}: {error}"
+                continue
+            manager.register(module, name=ep.name)
+        _manager = manager
+        _loaded = _collect(manager, broken)
+    return _manager
+
+
+def _collect(manager: pluggy.PluginManager, broken: dict[str, str]) -> _Loaded:
+    found: dict[str, StorePlugin] = {}
+    for answer in manager.hook.durable_store():
+        if not isinstance(answer, StorePlugin):
+            broken[str(answer)] = f"durable_store() returned {answer!r}, not a StorePlugin"
+            continue
+        if answer.name in found:
+            broken[answer.name] = (
+                f"two plugins name themselves {answer.name!r} "
+                f"({found[answer.name].distribution} and {answer.distribution})"
+            )
+            continue
+        found[answer.name] = answer
+    for name in list(broken):
+        found.pop(name, None)
+    return _Loaded(dict(sorted(found.items())), broken)
+
+
+def _state() -> _Loaded:
+    plugin_manager()
+    assert _loaded is not None
+    return _loaded
+
+
+def stores() -> dict[str, StorePlugin]:
+    """The installed stores by name."""
+    return dict(_state().stores)
+
+
+def broken_stores() -> dict[str, str]:
+    """Store plugins that are installed but unusable, with the reason for each."""
+    return dict(_state().broken)
+
+
+def _install_hint() -> str:
+    installed = ", ".join(
+        f"{p.name} ({', '.join(s + '://' for s in p.schemes)})" for p in stores().values()
+    )
+    return (
+        f"installed stores: {installed or 'none'}; add one with "
+        "`pip install durable-sqlite`, `durable-postgres` or `durable-redis`"
+    )
+
+
+def store(name: str) -> StorePlugin:
+    """The installed store called ``name``."""
+    state = _state()
+    if name in state.broken:
+        raise BrokenStore(f"store {name!r} is installed but broken: {state.broken[name]}")
+    try:
+        return state.stores[name]
+    except KeyError:
+        raise UnknownStore(f"no store is called {name!r}; {_install_hint()}") from None
+
+
+def for_url(url: str) -> StorePlugin:
+    """The installed store that opens URLs like ``url``."""
+    scheme = urlsplit(url).scheme
+    if not scheme:
+        raise UnknownStore(f"{url!r} has no scheme (like sqlite:///path.db); {_install_hint()}")
+    for plugin in stores().values():
+        if scheme in plugin.schemes:
+            return plugin
+    raise UnknownStore(f"no installed store opens {scheme}:// URLs; {_install_hint()}")
+
+
+@asynccontextmanager
+async def open(url: str, **options: Any) -> AsyncIterator[Durable[Any]]:
+    """Open the store ``url`` names, ready to use, and close it on exit::
+
+    async with durable.open("sqlite:///orders.db") as store:
+        await store.scheduler.make_ready("order-1")
+    """
+    plugin = for_url(url)
+    async with plugin.open(url, **options) as opened:
+        yield opened
+
+
+def _reset_for_tests() -> None:
+    """Forget what was loaded, so a test that installs a plugin sees it."""
+    global _manager, _loaded
+    _manager = None
+    _loaded = None
