@@ -1,0 +1,1 @@
+"""The durable conformance suite: certifies a store with ``pytest --durable-store=NAME``."""

@@ -1,0 +1,1 @@
+"""The pytest plugin (being written; see issue 3)."""
