@@ -21,13 +21,17 @@ from typing_extensions import TypeVar
 __all__ = [
     "INBOX_PREFIX",
     "Checkpointer",
+    "Claimed",
     "Contended",
     "Delivery",
     "Durable",
     "Effect",
     "Entry",
+    "Enumerable",
     "Fenced",
+    "Inspectable",
     "Interruption",
+    "Observable",
     "Pass",
     "Recorded",
     "Scheduler",
@@ -356,4 +360,44 @@ class Durable(Protocol[Effect]):
 
     async def discard(self, workflow: str) -> None:
         """Discard the workflow's records (raising its fence) and cancel its runs."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """Who holds a workflow right now, as ``Inspectable.claimed`` reports it."""
+
+    token: int
+    live_until: datetime
+    budget_until: datetime
+
+
+@runtime_checkable
+class Enumerable(Protocol):
+    """A checkpointer that can list the workflows it holds (the ``enumerate`` capability).
+
+    Optional: a store whose keys cannot be listed without scanning someone else's data
+    need not offer it, and ``durable list`` says so instead of guessing.
+    """
+
+    async def workflows(self, limit: int | None = None) -> list[str]:
+        """Workflow ids holding at least one record, at most ``limit`` of them, sorted."""
+        ...
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """A checkpointer that can say whether a live pass holds a workflow (for operators)."""
+
+    async def claimed(self, workflow: str) -> Claimed | None:
+        """The live claim on ``workflow``, or ``None`` when no pass holds it."""
+        ...
+
+
+@runtime_checkable
+class Observable(Protocol):
+    """A scheduler that can say when a workflow is next runnable (for operators)."""
+
+    async def scheduled(self, workflow: str) -> datetime | None:
+        """When ``workflow`` is next runnable (possibly already), or ``None``."""
         ...

@@ -25,7 +25,7 @@ from typing import Any
 from durable.boundary import check_duration, check_key, check_workflow
 from durable.clock import Clock, SystemClock
 from durable.codec import CheckpointCodec, JsonCodec, encode_value
-from durable.interfaces import Delivery, Entry, Fenced, Pass, Recorded, inbox_key
+from durable.interfaces import Claimed, Delivery, Entry, Fenced, Pass, Recorded, inbox_key
 from durable.plugins import StorePlugin, Testbed, hookimpl
 
 __all__ = [
@@ -95,9 +95,21 @@ class MemoryCheckpointer:
         records = self._records.get(workflow, {})
         return [Entry(key, self.codec.decode(s.encoded), s.at) for key, s in records.items()]
 
-    def workflows(self) -> list[str]:
-        """Every workflow id that holds records, in no promised order."""
-        return [wf for wf, records in self._records.items() if records]
+    async def workflows(self, limit: int | None = None) -> list[str]:
+        """Workflow ids holding at least one record, sorted, at most ``limit``."""
+        await asyncio.sleep(0)
+        found = sorted(wf for wf, records in self._records.items() if records)
+        return found if limit is None else found[:limit]
+
+    async def claimed(self, workflow: str) -> Claimed | None:
+        """The live claim on ``workflow``, or ``None``."""
+        await asyncio.sleep(0)
+        claim = self._claims.get(workflow)
+        if claim is None or not claim.held(self.clock.now()):
+            return None
+        assert claim.live_until is not None
+        assert claim.budget_until is not None
+        return Claimed(claim.token, claim.live_until, claim.budget_until)
 
     # -- the claim ---------------------------------------------------------------
 
@@ -316,8 +328,9 @@ class MemoryScheduler:
     def _cancel_now(self, workflow: str) -> None:
         self._entries.pop(workflow, None)
 
-    def scheduled(self, workflow: str) -> datetime | None:
+    async def scheduled(self, workflow: str) -> datetime | None:
         """When ``workflow`` is next runnable, or ``None`` if it is not scheduled."""
+        await asyncio.sleep(0)
         entry = self._entries.get(workflow)
         return entry[0] if entry is not None else None
 
