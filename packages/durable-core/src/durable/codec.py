@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
 __all__ = ["CheckpointCodec", "JsonCodec", "UnencodableValue", "encode_value"]
@@ -66,13 +67,14 @@ class JsonCodec:
     __slots__ = ()
 
     def encode(self, value: object) -> str:
+        refusal = _refusal(value, set())
+        if refusal is not None:
+            raise TypeError(refusal)
         try:
             return json.dumps(
                 value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
             )
         except ValueError as error:
-            if _holds_non_finite(value):
-                raise TypeError("NaN and infinite floats have no JSON encoding") from error
             raise TypeError(str(error)) from error
 
     def decode(self, encoded: str) -> object:
@@ -82,14 +84,41 @@ class JsonCodec:
         return "JsonCodec()"
 
 
-def _holds_non_finite(value: object) -> bool:
+def _refusal(value: object, enclosing: set[int]) -> str | None:
+    """Why ``json`` would not carry ``value`` faithfully, or ``None``.
+
+    ``json`` refuses most of what it cannot carry by itself. What it gets wrong is a
+    non-string key, which it silently turns into a string: ``{1: "a"}`` comes back as
+    ``{"1": "a"}`` and encodes exactly like it, so a race between the two would be
+    decided as a tie. NaN is refused here too, to say so by name. ``enclosing`` holds the
+    containers on the path down to ``value``, so that a value containing itself is
+    refused as circular instead of walked until the stack runs out, while one container
+    appearing twice side by side is fine.
+    """
     if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_holds_non_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_holds_non_finite(v) for v in value)
-    return False
+        return None if math.isfinite(value) else "NaN and infinite floats have no JSON encoding"
+    if not isinstance(value, dict | list | tuple):
+        return None
+    if id(value) in enclosing:
+        return "the value contains itself (a circular reference)"
+    enclosing.add(id(value))
+    try:
+        items: Iterable[object] = value
+        if isinstance(value, dict):
+            for key in value:
+                if not isinstance(key, str):
+                    return (
+                        f"JSON object keys must be strings, got {key!r} "
+                        f"({type(key).__name__}), which would come back as a different key"
+                    )
+            items = value.values()
+        for item in items:
+            refusal = _refusal(item, enclosing)
+            if refusal is not None:
+                return refusal
+        return None
+    finally:
+        enclosing.discard(id(value))
 
 
 def encode_value(
