@@ -998,6 +998,7 @@ def release(args: argparse.Namespace) -> int:
         return 2
     heading(f"release {dist.name} {version}")
     report.check(f"metadata {dist.name}", metadata_problems(dist, version_of(CORE)))
+    report.flush()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     build_all([dist], out, report)
