@@ -636,7 +636,7 @@ def build_all(dists: Sequence[Dist], out: Path, report: Report) -> list[Dist]:
 # what the two wheels installed, nothing else.
 SMOKE = textwrap.dedent(
     """
-    import asyncio, importlib.metadata as md, importlib.util, json, sys, uuid
+    import asyncio, importlib.metadata as md, importlib.util, json, sys, traceback, uuid
     from datetime import timedelta
 
     store, distribution, url = sys.argv[1:4]
@@ -701,6 +701,7 @@ SMOKE = textwrap.dedent(
             asyncio.run(asyncio.wait_for(round_trip(), 60))
         except BaseException as error:
             check("claim/record/load round trip", False, f"{type(error).__name__}: {error}")
+            traceback.print_exc(limit=-4, file=sys.stdout)
     sys.exit(1 if failures else 0)
     """
 )
