@@ -455,3 +455,59 @@ async def test_resume_takes_a_bare_checkpointer_too(clock: ManualClock) -> None:
 
     assert await resume(checkpointer, WORKFLOW, body, clock=clock) == Finished(1)
     assert await checkpointer.load(WORKFLOW) == {"one": 1}
+
+
+# -- a fan-out that reaches a wait while another branch is mid-effect ----------------------
+
+
+async def test_a_branch_mid_effect_when_its_sibling_waits_records_before_the_pass_ends(
+    durable: MemoryDurable,
+) -> None:
+    charged = 0
+    release = asyncio.Event()
+
+    async def slow_charge() -> str:
+        nonlocal charged
+        await release.wait()
+        charged += 1
+        return "ch_1"
+
+    async def body(run: Run[Any]) -> object:
+        return await asyncio.gather(
+            run.step("charge", slow_charge, expect(str)),
+            run.awaiting("approval", expect(bool)),
+        )
+
+    passing = asyncio.ensure_future(resume(durable, WORKFLOW, body))
+    await asyncio.sleep(0.05)
+    assert not passing.done(), "the pass must wait for the charge in flight"
+    release.set()
+    outcome = await passing
+    assert outcome == Blocked(("approval",))
+    assert await durable.checkpointer.load(WORKFLOW) == {"charge": "ch_1"}
+
+    await durable.arrive(WORKFLOW, "approval", True)
+    again = await resume(durable, WORKFLOW, body)
+    assert again == Finished(["ch_1", True])
+    assert charged == 1
+
+
+async def test_a_branch_that_would_start_an_effect_after_its_sibling_waits_does_not(
+    durable: MemoryDurable,
+) -> None:
+    effects = Effects()
+
+    async def later_branch(run: Run[Any]) -> str:
+        await asyncio.sleep(0.02)  # starts its effect after the other branch has suspended
+        return await run.step("ship", effects("ship"), expect(str))
+
+    async def body(run: Run[Any]) -> object:
+        return await asyncio.gather(
+            run.awaiting("approval", expect(bool)), later_branch(run), return_exceptions=False
+        )
+
+    outcome = await resume(durable, WORKFLOW, body)
+    assert outcome == Blocked(("approval",))
+    await asyncio.sleep(0.05)
+    assert effects.ran["ship"] == 0, "no effect may start once the pass is ending"
+    assert "ship" not in await durable.checkpointer.load(WORKFLOW)

@@ -294,8 +294,11 @@ class MemoryScheduler:
             self._changed.clear()
             # Visibility also arrives by the clock passing, which sets no event, so wait in
             # short slices rather than only for a change.
+            # asyncio.timeout rather than wait_for: on 3.11, wait_for swallows a cancellation
+            # that arrives in the same turn as the event, and a cancelled worker kept going.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 0.02))
+                async with asyncio.timeout(min(remaining, 0.02)):
+                    await self._changed.wait()
 
     async def reclaim(self, idle: timedelta) -> Delivery | None:
         check_duration("idle", idle)

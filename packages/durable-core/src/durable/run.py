@@ -13,9 +13,10 @@ type is then proven by a function that ran rather than asserted by a cast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -147,6 +148,13 @@ class Run(Generic[E]):
         }
         self._waits: list[str] = []
         self._sleeps: dict[str, datetime] = {}
+        # A pass ends when its body does, but a fan-out's other branches may still be mid-
+        # effect. Once the pass is ending, no new effect may start, and the pass waits for the
+        # ones in flight to land their records before it reports, so nothing runs unclaimed.
+        self._ending = False
+        self._in_flight = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
 
     def __repr__(self) -> str:
         return f"Run({self._holder}, {len(self._records)} records)"
@@ -190,6 +198,26 @@ class Run(Generic[E]):
         except Exception as error:
             raise ParseFailed(self.workflow, key, value, error) from error
 
+    @contextlib.contextmanager
+    def _effect(self, key: str) -> Iterator[None]:
+        if self._ending:
+            raise Suspended(
+                f"workflow {self.workflow!r}: the pass is ending, so {key!r} waits for the next"
+            )
+        self._in_flight += 1
+        self._settled.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._settled.set()
+
+    async def _end(self) -> None:
+        """Refuse new effects and wait for those in flight to record."""
+        self._ending = True
+        await self._settled.wait()
+
     def _keep(self, key: str, recorded: Recorded) -> object:
         self._records[key] = recorded.value
         return recorded.value
@@ -216,10 +244,11 @@ class Run(Generic[E]):
         self._use(key)
         if key in self._records:
             return self._parse(key, self._records[key], parse)
-        produced = effect()
-        if inspect.isawaitable(produced):
-            produced = await produced
-        recorded = await self._write(key, produced)
+        with self._effect(key):
+            produced = effect()
+            if inspect.isawaitable(produced):
+                produced = await produced
+            recorded = await self._write(key, produced)
         return self._parse(key, recorded.value, parse)
 
     async def transact(self, key: str, effect: E, parse: Callable[[object], T]) -> T:
@@ -229,7 +258,8 @@ class Run(Generic[E]):
         self._use(key)
         if key in self._records:
             return self._parse(key, self._records[key], parse)
-        recorded = await self._checkpointer.transact(self._holder, key, effect)
+        with self._effect(key):
+            recorded = await self._checkpointer.transact(self._holder, key, effect)
         self._keep(key, recorded)
         return self._parse(key, recorded.value, parse)
 
@@ -260,7 +290,8 @@ class Run(Generic[E]):
         if key in self._records:
             stored = self._records[key]
         else:
-            stored = (await self._write(key, (self.now() + duration).isoformat())).value
+            with self._effect(key):
+                stored = (await self._write(key, (self.now() + duration).isoformat())).value
         deadline = self._parse(key, stored, _as_deadline)
         if self.now() >= deadline:
             return deadline
@@ -281,8 +312,9 @@ class Run(Generic[E]):
             )
             if untaken is None:
                 self._suspend(key, "waits for an inbox message at")
-            self._taken.add(untaken)
-            await self._write(key, {RECEIVE_FIELD: untaken})
+            with self._effect(key):
+                self._taken.add(untaken)
+                await self._write(key, {RECEIVE_FIELD: untaken})
         target = _is_reference(self._records[key])
         if target is None or target not in self._records:
             raise ParseFailed(
@@ -322,11 +354,17 @@ async def _drive(run: Run[Any], body: Callable[[Run[Any]], Awaitable[T]]) -> Out
         # Siblings started in the same fan-out get one turn to reach their own waits, so
         # that the report names every key of the fan-out rather than the first to raise.
         await asyncio.sleep(0)
+        await run._end()
         return run._suspension()
     except BaseExceptionGroup as group:
+        await run._end()
         if group.subgroup(Suspended) is not None and _only_suspended(group):
             return run._suspension()
         raise
+    except BaseException:
+        await run._end()
+        raise
+    await run._end()
     if run.waits:
         raise Swallowed(run.workflow, run.waits)
     return Finished(value)
