@@ -1,0 +1,73 @@
+"""The errors this store raises, each a type a caller can catch by name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from durable.interfaces import StoreError
+
+__all__ = [
+    "CrossSlotError",
+    "LuaEffectFailed",
+    "RedisUnavailable",
+    "UntaggedKey",
+]
+
+
+class UntaggedKey(ValueError):
+    """A ``LuaEffect`` named a key that does not carry its workflow's hash tag.
+
+    Raised before anything is sent. On a cluster such a key may live on another node,
+    where a script cannot reach it; on one node it would work, which is exactly why it
+    is refused everywhere rather than discovered in production.
+    """
+
+    def __init__(self, workflow: str, key: str, needed: str, example: str, why: str) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.needed = needed
+        super().__init__(
+            f"workflow {workflow!r}: the LuaEffect key {key!r} {why}; every key an effect "
+            f"touches must carry the hash tag {needed} so that it hashes to the workflow's "
+            f"slot: build it from checkpointer.hash_key({workflow!r}), as in {example!r}"
+        )
+
+
+class CrossSlotError(StoreError):
+    """The server refused a script for reaching keys outside one slot.
+
+    Redis Cluster answers ``CROSSSLOT`` when the declared keys hash to different slots,
+    and ``Script attempted to access a non local key`` (or ``keys that do not hash to
+    the same slot``) when a script reaches a key it never declared. A cross-node write is
+    not expensive on a cluster, it is unavailable, so this is a design error to fix in
+    the effect, never a condition to retry.
+    """
+
+    def __init__(self, keys: Sequence[str], detail: str, doing: str) -> None:
+        self.keys = tuple(keys)
+        self.detail = detail
+        shown = ", ".join(repr(k) for k in self.keys) or "(none)"
+        super().__init__(
+            f"{doing}: Redis refused the script because it reaches keys outside one hash "
+            f"slot ({detail}); the declared keys were {shown}. Declare every key the "
+            "script touches and give each the workflow's hash tag (hash_key(workflow)); "
+            "nothing was written"
+        )
+
+
+class LuaEffectFailed(StoreError):
+    """A ``LuaEffect`` raised, did not compile, or returned something that is not an
+    encoding. Its writes were undone and nothing was recorded."""
+
+    def __init__(self, workflow: str, key: str, detail: str) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.detail = detail
+        super().__init__(
+            f"workflow {workflow!r}, key {key!r}: the LuaEffect failed: {detail}; its writes "
+            "to its declared keys were undone and nothing was recorded"
+        )
+
+
+class RedisUnavailable(StoreError):
+    """The server could not be reached, or refused the credentials."""

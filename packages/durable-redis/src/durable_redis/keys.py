@@ -1,0 +1,75 @@
+"""Where a workflow's keys live: the hash tag, and the rule a cluster applies to it.
+
+Redis Cluster places a key by its hash tag: the text between the first ``{`` and the
+first ``}`` after it, when that text is not empty; otherwise by the whole key. Every key
+a script touches must land in one slot, so every key of a workflow carries the same tag,
+and the tag is built from the workflow id so that each workflow gets a slot of its own.
+
+A workflow id may contain braces itself, and pasting it between braces would let the
+user's ``}`` end the tag early (``order}{7`` would tag as ``order``) and so put two
+workflows' keys under one tag, or an effect's keys under another workflow's. So the tag
+is the id with ``%``, ``{`` and ``}`` percent-escaped: it never contains a brace, the
+first ``}`` after ours is always ours, and the escape is reversible, so a key names its
+workflow and ``workflows()`` can read ids back from a scan.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "check_prefix",
+    "glob_escape",
+    "hash_tag_of",
+    "tag_for",
+    "workflow_of_tag",
+]
+
+_ESCAPES = {"%": "%25", "{": "%7B", "}": "%7D"}
+_UNESCAPES = {escaped: raw for raw, escaped in _ESCAPES.items()}
+_UNESCAPE = re.compile("|".join(_UNESCAPES))
+_GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
+
+
+def tag_for(workflow: str) -> str:
+    """The hash tag's text for ``workflow`` (without the braces)."""
+    if "%" in workflow or "{" in workflow or "}" in workflow:
+        return "".join(_ESCAPES.get(ch, ch) for ch in workflow)
+    return workflow
+
+
+def workflow_of_tag(tag: str) -> str:
+    """The workflow id a tag was built from; the inverse of :func:`tag_for`."""
+    if "%" not in tag:
+        return tag
+    return _UNESCAPE.sub(lambda match: _UNESCAPES[match.group(0)], tag)
+
+
+def hash_tag_of(key: str) -> str | None:
+    """The hash tag Redis Cluster reads from ``key``, or ``None`` when the whole key is
+    hashed (no braces, or nothing between the first pair)."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def check_prefix(prefix: object) -> str:
+    """A key prefix is a non-empty string without braces: a brace in it would become the
+    hash tag of every key and put the whole deployment in one slot."""
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(f"a Redis key prefix must be a non-empty string, got {prefix!r}")
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(
+            f"the Redis key prefix {prefix!r} contains a brace; Redis Cluster would hash "
+            "every key by it instead of by the workflow, so pick a prefix without { or }"
+        )
+    return prefix
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the characters SCAN MATCH treats specially escaped."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)

@@ -1,0 +1,133 @@
+"""The ``redis`` store plugin: ``durable.open("redis://...")`` and the conformance hook.
+
+URLs are redis-py's, with a cluster scheme and three options of the store's own in the
+query string (every other query option goes to redis-py):
+
+* ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS;
+* ``redis+cluster://host:port`` (``rediss+cluster://``): a Redis Cluster, found from any
+  one node;
+* ``?prefix=NAME`` starts every key (default ``durable``), ``?ttl=SECONDS`` forgets a
+  workflow nobody has written for that long, ``?lease=SECONDS`` is the scheduler's lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from durable.plugins import StorePlugin, hookimpl
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+
+from durable_redis.durable import RedisDurable
+from durable_redis.scripts import Client
+
+__all__ = ["RedisURL", "durable_store", "open_redis", "parse_url"]
+
+SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+_STORE_OPTIONS = ("prefix", "ttl", "lease", "consumer")
+
+
+@dataclass(frozen=True)
+class RedisURL:
+    """A store URL split into what redis-py reads and what the store reads."""
+
+    client_url: str
+    cluster: bool
+    options: dict[str, str] = field(default_factory=dict)
+
+
+def parse_url(url: str) -> RedisURL:
+    """Split ``url`` into redis-py's URL, whether it names a cluster, and the store's options."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ValueError(
+            f"{url!r} is not a Redis store URL; use one of " + ", ".join(f"{s}://" for s in SCHEMES)
+        )
+    cluster = parts.scheme.endswith("+cluster")
+    scheme = parts.scheme.removesuffix("+cluster")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    options = {k: v for k, v in query if k in _STORE_OPTIONS}
+    rest = [(k, v) for k, v in query if k not in _STORE_OPTIONS]
+    client_url = urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
+    return RedisURL(client_url, cluster, options)
+
+
+def _seconds(name: str, text: str) -> timedelta:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"the Redis URL option {name}= takes seconds, got {text!r}") from None
+    return timedelta(seconds=seconds)
+
+
+def connect(parsed: RedisURL, **client_options: Any) -> Client:
+    """A client for the URL, decoding responses (every value this store holds is text).
+
+    A single-node client gets a blocking pool of 100 connections: a worker running many
+    passes at once waits briefly for a free connection instead of failing with redis-py's
+    "Too many connections" (a cluster client pools per node and has no such limit). Both
+    retry a command whose connection dropped, as redis-py's clients do by default.
+    """
+    client_options.setdefault("decode_responses", True)
+    if parsed.cluster:
+        return RedisCluster.from_url(parsed.client_url, **client_options)
+    client_options.setdefault("max_connections", 100)
+    client_options.setdefault("retry", _retry())
+    return Redis.from_pool(BlockingConnectionPool.from_url(parsed.client_url, **client_options))
+
+
+def _retry() -> Retry:
+    """Three retries with a short backoff (a pool built by hand would get none):
+    a dropped connection, such as every pooled one after a server restart, is reopened
+    and the command sent again, which every script here tolerates (see the docs)."""
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 3)
+
+
+@asynccontextmanager
+async def open_redis(url: str, **options: Any) -> AsyncIterator[RedisDurable]:
+    """Open the store ``url`` names, scripts loaded and consumer group created.
+
+    Options (each overrides the URL's): ``client`` (use this client and leave it open),
+    ``codec``, ``prefix``, ``ttl`` and ``lease`` (``timedelta``), ``consumer``; any other
+    keyword goes to the redis-py client.
+    """
+    parsed = parse_url(url)
+    given: Client | None = options.pop("client", None)
+    store: dict[str, Any] = {"codec": options.pop("codec", None)}
+    for name in _STORE_OPTIONS:
+        if name in options:
+            store[name] = options.pop(name)
+        elif name in parsed.options:
+            text = parsed.options[name]
+            store[name] = _seconds(name, text) if name in ("ttl", "lease") else text
+    client = given if given is not None else connect(parsed, **options)
+    try:
+        durable = RedisDurable.over(client, **store)
+        await durable.prepare()
+        yield durable
+    finally:
+        if given is None:
+            await client.aclose()
+
+
+@hookimpl
+def durable_store() -> StorePlugin:
+    """The Redis store, on one node or a cluster."""
+    from durable_redis.testing import testbed
+
+    return StorePlugin(
+        name="redis",
+        schemes=SCHEMES,
+        open=open_redis,
+        capabilities=frozenset({"transact", "cluster", "enumerate"}),
+        testing=testbed,
+        distribution="durable-redis",
+        description="Redis and Redis Cluster: every guarantee as one Lua script",
+    )

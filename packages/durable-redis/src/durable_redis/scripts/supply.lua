@@ -1,0 +1,13 @@
+-- supply.lua: write from outside a pass, first writer wins.
+--
+-- KEYS[1]  the records hash
+-- KEYS[2]  the claim hash (only to refresh its TTL; the claim is neither taken nor read)
+-- ARGV[1]  the record's key
+-- ARGV[2]  the record's encoding
+-- ARGV[3]  ttl, ms ('0' for none)
+--
+-- Answers 1 when this encoding is the stored one, {0, stored encoding} otherwise. Never
+-- gated on the claim: an approval must not fail because a worker is mid-pass, and
+-- nothing races it for the key except another supply, which first-writer-wins settles.
+
+return write_once(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
