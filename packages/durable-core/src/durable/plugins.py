@@ -105,6 +105,8 @@ class Testbed(Generic[E]):
     store that declares ``transact``.
     """
 
+    __test__ = False  # a name starting with "Test" that pytest must not collect
+
     durable: Durable[E]
     reopen: Callable[[], AbstractAsyncContextManager[Durable[E]]] | None = None
     url: str | None = None
@@ -202,9 +204,25 @@ def plugin_manager() -> pluggy.PluginManager:
     return _manager
 
 
+def _answers(manager: pluggy.PluginManager, broken: dict[str, str]) -> list[object]:
+    """Ask each plugin on its own, so that one whose hook raises is reported as broken
+    instead of taking every other store down with it."""
+    answers: list[object] = []
+    for name, plugin in manager.list_name_plugin():
+        hook = getattr(plugin, "durable_store", None)
+        if hook is None:
+            continue
+        try:
+            answers.append(hook())
+        except Exception as error:
+            log.warning("store plugin %r raised in durable_store(): %s", name, error)
+            broken[name] = f"durable_store() raised {type(error).__name__}: {error}"
+    return answers
+
+
 def _collect(manager: pluggy.PluginManager, broken: dict[str, str]) -> _Loaded:
     found: dict[str, StorePlugin] = {}
-    for answer in manager.hook.durable_store():
+    for answer in _answers(manager, broken):
         if not isinstance(answer, StorePlugin):
             broken[str(answer)] = f"durable_store() returned {answer!r}, not a StorePlugin"
             continue
