@@ -1,0 +1,271 @@
+"""What a workflow has done, in an SQLite file: :class:`SqliteCheckpointer`.
+
+Every guarantee of :class:`durable.Checkpointer` is a statement in ``statements.sql`` or a
+transaction of a few of them, run in one trip to the connection's thread (see
+:mod:`durable_sqlite.connection`). Values are encoded and decoded on the event loop;
+the thread only ever sees the encodings.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import aiosqlite
+from durable.boundary import check_duration, check_key, check_workflow
+from durable.clock import Clock
+from durable.codec import CheckpointCodec, JsonCodec, encode_value
+from durable.interfaces import INBOX_PREFIX, Claimed, Entry, Fenced, Pass, Recorded, StoreError
+
+from durable_sqlite.connection import (
+    check_driver,
+    clock_reader,
+    duration_micros,
+    from_micros,
+    on_thread,
+    statements_for,
+    transaction,
+)
+
+__all__ = ["SqliteCheckpointer", "SqliteEffect"]
+
+SqliteEffect = Callable[[sqlite3.Cursor], object]
+"""What :meth:`SqliteCheckpointer.transact` commits: a synchronous function handed a
+``sqlite3.Cursor`` inside the transaction that will also write the record. Whatever it
+writes through that cursor commits with the record or not at all, and its return value
+is what gets recorded.
+
+Synchronous because it runs on the connection's own thread, in the middle of the one trip
+that carries the whole transaction: there is no event loop to await on there, and nothing
+else can use the connection until it returns, so keep it to a few statements. It must
+not commit or roll back itself."""
+
+
+class SqliteCheckpointer:
+    """A :class:`~durable.interfaces.Checkpointer` over an SQLite file.
+
+    ``connection`` is an aiosqlite connection made ready by :func:`durable_sqlite.connect`
+    (or :func:`durable_sqlite.configure`); a :class:`~durable_sqlite.SqliteScheduler` on the
+    same connection makes a :class:`~durable_sqlite.SqliteDurable` whose moves are each one
+    commit. ``clock`` is the store's clock for history stamps and leases alike: SQLite's
+    own when ``None`` (the default, and what every process on the file then shares), or a
+    :class:`~durable.Clock` read inside each transaction (a ``ManualClock`` in tests).
+    """
+
+    def __init__(
+        self,
+        connection: aiosqlite.Connection,
+        *,
+        codec: CheckpointCodec[Any] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.connection = check_driver(connection)
+        self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
+        self.clock = clock
+        self._now = clock_reader(clock)
+        self._sql = statements_for(clock is None)
+
+    def __repr__(self) -> str:
+        clock = "sqlite" if self.clock is None else repr(self.clock)
+        return f"SqliteCheckpointer(codec={self.codec!r}, clock={clock})"
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        check_workflow(workflow)
+        sql = self._sql["load"]
+        rows = await on_thread(
+            self.connection, lambda raw: raw.execute(sql, {"workflow": workflow}).fetchall()
+        )
+        decode = self.codec.decode
+        return {key: decode(value) for key, value in rows}
+
+    async def history(self, workflow: str) -> list[Entry]:
+        check_workflow(workflow)
+        sql = self._sql["history"]
+        rows = await on_thread(
+            self.connection, lambda raw: raw.execute(sql, {"workflow": workflow}).fetchall()
+        )
+        decode = self.codec.decode
+        return [Entry(key, decode(value), from_micros(at)) for key, value, at in rows]
+
+    async def workflows(self, limit: int | None = None) -> list[str]:
+        """The ids of the workflows that hold records, sorted; at most ``limit`` of them."""
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0
+        ):
+            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+        sql = self._sql["workflows"]
+        bound = -1 if limit is None else limit
+        rows = await on_thread(
+            self.connection, lambda raw: raw.execute(sql, {"limit": bound}).fetchall()
+        )
+        return [row[0] for row in rows]
+
+    async def claimed(self, workflow: str) -> Claimed | None:
+        """The live claim on ``workflow`` by the store's clock, or ``None``."""
+        check_workflow(workflow)
+        sql, now = self._sql["claimed"], self._now
+        row = await on_thread(
+            self.connection,
+            lambda raw: raw.execute(sql, {"workflow": workflow, "now": now()}).fetchone(),
+        )
+        if row is None:
+            return None
+        return Claimed(row[0], from_micros(row[1]), from_micros(row[2]))
+
+    # -- the claim ---------------------------------------------------------------------
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        check_workflow(workflow)
+        params = {
+            "workflow": workflow,
+            "liveness": duration_micros(check_duration("liveness", liveness, workflow=workflow)),
+            "budget": duration_micros(check_duration("budget", budget, workflow=workflow)),
+        }
+        sql, now = self._sql["claim"], self._now
+
+        def claim(raw: sqlite3.Connection) -> int | None:
+            row = raw.execute(sql, {**params, "now": now()}).fetchone()
+            return None if row is None else int(row[0])
+
+        token = await transaction(self.connection, claim)
+        return None if token is None else Pass(workflow, token)
+
+    async def renew(self, holder: Pass) -> Pass:
+        sql, now = self._sql["renew"], self._now
+
+        def renew(raw: sqlite3.Connection) -> None:
+            params = {"workflow": holder.workflow, "token": holder.token, "now": now()}
+            if raw.execute(sql, params).fetchone() is None:
+                raise self._refusal(raw, holder, "renew")
+
+        await transaction(self.connection, renew)
+        return holder
+
+    async def release(self, holder: Pass) -> None:
+        sql = self._sql["release"]
+        params = {"workflow": holder.workflow, "token": holder.token}
+        await transaction(self.connection, lambda raw: raw.execute(sql, params))
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        check_key(holder.workflow, key)
+        encoded = encode_value(self.codec, value, workflow=holder.workflow, key=key)
+        sql, now = self._sql["record"], self._now
+        params = {"workflow": holder.workflow, "key": key, "value": encoded, "token": holder.token}
+
+        def record(raw: sqlite3.Connection) -> object:
+            params["now"] = now()
+            row = raw.execute(sql, params).fetchone()
+            if row is None:
+                raise self._refusal(raw, holder, f"record of {key!r}")
+            return row[0]
+
+        stored = await transaction(self.connection, record)
+        return Recorded(self.codec.decode(stored), stored == encoded)
+
+    async def transact(self, holder: Pass, key: str, effect: SqliteEffect) -> Recorded:
+        workflow = holder.workflow
+        check_key(workflow, key)
+        if not callable(effect):
+            raise TypeError(
+                f"workflow {workflow!r}, key {key!r}: SqliteCheckpointer.transact takes a "
+                f"function of a sqlite3.Cursor, got {effect!r}"
+            )
+        if inspect.iscoroutinefunction(effect):
+            raise TypeError(
+                f"workflow {workflow!r}, key {key!r}: the effect {effect!r} is async, but it "
+                "runs on the SQLite connection's thread inside the open transaction, where "
+                "nothing can be awaited; make it a plain function of the cursor"
+            )
+        codec = self.codec
+
+        def transact(raw: sqlite3.Connection) -> tuple[object, bool]:
+            token = raw.execute(self._sql["token"], {"workflow": workflow}).fetchone()
+            if token is None or token[0] != holder.token:
+                raise self._refusal(raw, holder, f"transact of {key!r}")
+            lookup = {"workflow": workflow, "key": key}
+            existing = raw.execute(self._sql["lookup"], lookup).fetchone()
+            if existing is not None:
+                return existing[0], False
+            cursor = raw.cursor()
+            try:
+                result = effect(cursor)
+            finally:
+                cursor.close()
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()
+                raise TypeError(
+                    f"workflow {workflow!r}, key {key!r}: the effect returned an awaitable; "
+                    "transact effects run synchronously inside the transaction and their "
+                    "return value is recorded, so return the value itself"
+                )
+            if not raw.in_transaction:
+                raise StoreError(
+                    f"workflow {workflow!r}, key {key!r}: the transact effect ended the "
+                    "transaction itself (COMMIT or ROLLBACK), so its writes may have committed "
+                    "without the record and the step is no longer exactly-once; an effect "
+                    "must only execute statements on the cursor it is handed"
+                )
+            encoded = encode_value(codec, result, workflow=workflow, key=key)
+            return self._supply_in(raw, workflow, key, encoded), True
+
+        stored, first = await transaction(self.connection, transact)
+        return Recorded(codec.decode(stored), first)
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        supply = self._supply_in
+        stored = await transaction(self.connection, lambda raw: supply(raw, workflow, key, encoded))
+        return self.codec.decode(stored)
+
+    def _supply_in(self, raw: sqlite3.Connection, workflow: str, key: str, encoded: object) -> Any:
+        params = {"workflow": workflow, "key": key, "value": encoded, "now": self._now()}
+        return raw.execute(self._sql["supply"], params).fetchone()[0]
+
+    async def append(self, workflow: str, value: object) -> str:
+        check_workflow(workflow)
+        encoded = self._encode_entry(workflow, value)
+        append = self._append_in
+        return await transaction(self.connection, lambda raw: append(raw, workflow, encoded))
+
+    def _encode_entry(self, workflow: str, value: object) -> object:
+        return encode_value(self.codec, value, workflow=workflow, key="<inbox>")
+
+    def _append_in(self, raw: sqlite3.Connection, workflow: str, encoded: object) -> str:
+        params = {
+            "workflow": workflow,
+            "value": encoded,
+            "prefix": INBOX_PREFIX,
+            "now": self._now(),
+        }
+        return str(raw.execute(self._sql["append"], params).fetchone()[0])
+
+    async def discard(self, workflow: str) -> None:
+        check_workflow(workflow)
+        await transaction(self.connection, lambda raw: self._discard_in(raw, workflow))
+
+    def _discard_in(self, raw: sqlite3.Connection, workflow: str) -> None:
+        raw.execute(self._sql["forget"], {"workflow": workflow})
+        raw.execute(self._sql["raise_fence"], {"workflow": workflow})
+
+    def _refusal(self, raw: sqlite3.Connection, holder: Pass, doing: str) -> Fenced:
+        """Why the store refused ``holder``, read in the transaction that refused it."""
+        row = raw.execute(self._sql["token"], {"workflow": holder.workflow}).fetchone()
+        if row is None or row[0] != holder.token:
+            current = "none" if row is None else str(row[0])
+            return Fenced(
+                f"{holder} was superseded (the highest token issued is {current}); "
+                f"{doing} refused, stop this pass"
+            )
+        if row[1] is None:
+            return Fenced(f"{holder} was released; {doing} refused, stop this pass")
+        return Fenced(f"{holder} has spent its budget; {doing} refused, stop this pass")

@@ -1,0 +1,483 @@
+"""The connection every SQLite store half shares, and the one way work reaches it.
+
+aiosqlite runs a ``sqlite3`` connection on a thread of its own and hands each call to that
+thread through a queue; every ``await connection.execute(...)`` is one trip there and
+back, and that trip, not SQLite, is most of what a small write costs. A durable write is
+a transaction of several statements (``BEGIN IMMEDIATE``, the upsert, ``COMMIT``), so
+issuing them one ``await`` at a time would cost three trips, and would let another task's
+statements land between them on the same connection, where they would join the open
+transaction. Instead each transaction here is
+one plain function, and :func:`transaction` sends the whole function to the thread in a
+single trip. The thread runs queued functions one at a time, so two tasks' transactions
+on one connection never interleave and no lock is needed: the queue is the lock.
+
+That function-on-the-thread call is aiosqlite's ``Connection._execute``, which has no
+public spelling; it has kept its shape since aiosqlite 0.17 and :func:`check_driver`
+refuses, with a clear message, a release that changed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from functools import cache, partial
+from importlib.resources import files
+from os import PathLike
+from pathlib import Path
+from typing import TypeVar, cast
+
+import aiosqlite
+from durable.clock import Clock
+from durable.interfaces import StoreError
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "DatabaseRefused",
+    "ForeignTable",
+    "NotADatabase",
+    "Synchronous",
+    "configure",
+    "connect",
+    "create_schema",
+]
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+"""The shape of the tables in ``schema.sql``; stored in ``durable_meta``."""
+
+TABLES = ("durable_checkpoint", "durable_claim", "durable_queue", "durable_meta")
+"""The tables the store owns. Any other table in the file is the application's."""
+
+DEFAULT_BUSY_TIMEOUT = timedelta(seconds=5)
+"""How long a write waits for another connection's write to finish before failing."""
+
+_MINIMUM_SQLITE = (3, 35, 0)  # RETURNING, on which every upsert here relies
+
+IN_MEMORY = (
+    "an in-memory SQLite database cannot be a durable store: it is gone when its connection "
+    "closes, so nothing survives the crash a durable store exists for, and no other "
+    "connection or process can reach it to resume the work. Name a file "
+    "(sqlite:///orders.db) or, for tests, use the memory:// store"
+)
+
+
+class Synchronous(StrEnum):
+    """How hard a commit pushes to the disk before it returns.
+
+    ``FULL`` (the default) syncs the write-ahead log at every commit, so a write that
+    returned survives power loss and an operating-system crash: what "durable before it
+    returns" means. ``NORMAL`` syncs only at checkpoints, so a returned write survives the
+    process crashing but may be lost with the machine; it costs a fraction of ``FULL``.
+    """
+
+    FULL = "FULL"
+    NORMAL = "NORMAL"
+
+    @classmethod
+    def parse(cls, value: object) -> Synchronous:
+        if isinstance(value, Synchronous):
+            return value
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return cls(value.upper())
+        raise ValueError(
+            f"synchronous must be 'full' or 'normal', got {value!r}: a durable store does not "
+            "offer OFF, which loses returned writes when the process dies"
+        )
+
+
+class DatabaseRefused(StoreError):
+    """The file cannot hold a durable store; it has been left as it was."""
+
+
+class NotADatabase(DatabaseRefused):
+    """The path names something that is not an SQLite database (or cannot be opened)."""
+
+
+class ForeignTable(DatabaseRefused):
+    """The database has a table of a name the store owns, with another shape."""
+
+
+# -- SQL ---------------------------------------------------------------------------------
+
+
+def _read(resource: str) -> str:
+    return files("durable_sqlite").joinpath(resource).read_text(encoding="utf-8")
+
+
+def split_script(script: str) -> list[str]:
+    """The complete statements of ``script``, in order, each with its comments."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    leftover = [line for line in pending.splitlines() if line.strip()]
+    if any(not line.lstrip().startswith("--") for line in leftover):
+        raise ValueError(f"an incomplete statement ends the script: {pending!r}")
+    return statements
+
+
+@cache
+def schema() -> tuple[str, ...]:
+    """The statements of ``schema.sql``."""
+    return tuple(split_script(_read("schema.sql")))
+
+
+@cache
+def statements(resource: str = "statements.sql") -> dict[str, str]:
+    """Every statement of ``resource`` by its ``-- name:`` line."""
+    named: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+
+    def close() -> None:
+        # A block runs to the next "-- name:", so comments that head the next section
+        # (and blank lines) trail it; they are not part of the statement.
+        while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+            lines.pop()
+        if name is not None:
+            text = "".join(lines).strip()
+            if not sqlite3.complete_statement(text):
+                raise ValueError(f"statement {name!r} in {resource} is incomplete")
+            named[name] = text
+
+    for line in _read(resource).splitlines(keepends=True):
+        if line.startswith("-- name:"):
+            close()
+            name = line.removeprefix("-- name:").strip()
+            lines = []
+        elif name is not None:
+            lines.append(line)
+    close()
+    return named
+
+
+def statement(name: str, resource: str = "statements.sql") -> str:
+    return statements(resource)[name]
+
+
+# -- time ----------------------------------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def to_micros(moment: datetime) -> int:
+    """``moment`` (aware) as integer microseconds since the Unix epoch."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def from_micros(micros: int) -> datetime:
+    """The aware UTC moment ``micros`` microseconds after the Unix epoch."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def duration_micros(duration: timedelta) -> int:
+    return duration // _MICROSECOND
+
+
+def clock_reader(clock: Clock | None) -> Callable[[], int | None]:
+    """What a transaction binds as ``:now``: a given clock's reading, or ``None`` where the
+    statements read SQLite's clock themselves (see :func:`statements_for`)."""
+    if clock is None:
+        return _no_reading
+
+    def read(clock: Clock = clock) -> int:
+        return to_micros(clock.now())
+
+    return read
+
+
+def _no_reading() -> None:
+    return None
+
+
+_NOW = re.compile(r":now\b")
+
+
+@cache
+def statements_for(sqlite_clock: bool) -> dict[str, str]:
+    """The statements of ``statements.sql`` for one choice of the store's clock.
+
+    The statements name the moment ``:now``. With SQLite's own clock (the default, a store
+    given no :class:`Clock`), ``:now`` is written out as the ``now`` statement in a
+    subquery, so each statement reads the clock itself at the moment it writes, for no
+    extra statement; SQLite holds ``'now'`` fixed within one statement, so every use of it
+    in one statement agrees. With a given clock, ``:now`` is bound to its reading, taken on
+    the connection's thread inside the transaction. Either way one clock stamps history
+    and measures every lease.
+    """
+    named = statements()
+    if not sqlite_clock:
+        return dict(named)
+    reading = "(" + named["now"].rstrip().removesuffix(";") + ")"
+    return {name: _NOW.sub(reading, text) for name, text in named.items()}
+
+
+# -- the worker thread -----------------------------------------------------------------------
+
+
+def check_driver(connection: object) -> aiosqlite.Connection:
+    """``connection`` as an aiosqlite connection this package can drive, or a clear error."""
+    if not isinstance(connection, aiosqlite.Connection):
+        raise TypeError(
+            f"the SQLite stores take an aiosqlite.Connection (from durable_sqlite.connect), "
+            f"got {connection!r}"
+        )
+    execute: object = getattr(connection, "_execute", None)
+    if not callable(execute):
+        raise StoreError(
+            f"aiosqlite {aiosqlite.__version__} no longer has Connection._execute, which "
+            "durable-sqlite uses to run a whole transaction on the connection's thread in "
+            "one trip; install an aiosqlite release between 0.20 and 0.22"
+        )
+    return connection
+
+
+def _execute(connection: aiosqlite.Connection) -> Callable[..., Awaitable[T]]:
+    return cast(Callable[..., Awaitable[T]], connection._execute)
+
+
+def _over(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    return work(connection._conn)
+
+
+async def on_thread(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run ``work`` over the ``sqlite3`` connection on its own thread: one trip."""
+    return await _execute(connection)(_over, connection, work)
+
+
+def within_transaction(work: Callable[[sqlite3.Connection], T], raw: sqlite3.Connection) -> T:
+    """Run ``work`` inside one ``BEGIN IMMEDIATE`` transaction, on the connection's thread."""
+    if raw.in_transaction:
+        raise StoreError(
+            "the SQLite connection has a transaction open that durable did not start; "
+            "commit or roll it back before using the store (durable_sqlite.connect opens "
+            "connections in autocommit mode so that none is left open implicitly)"
+        )
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        result = work(raw)
+        raw.execute("COMMIT")
+    except BaseException:
+        if _still_open(raw):
+            raw.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _still_open(raw: sqlite3.Connection) -> bool:
+    # A statement that failed may already have ended the transaction (SQLite rolls back
+    # on some errors by itself), and a second ROLLBACK would mask the first error.
+    return raw.in_transaction
+
+
+async def transaction(
+    connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]
+) -> T:
+    """Run ``work`` inside one ``BEGIN IMMEDIATE`` transaction, in one trip to the thread.
+
+    ``IMMEDIATE`` takes the write lock at the start, so a transaction that must wait for
+    another connection's write waits there, under ``busy_timeout``, rather than failing
+    with ``database is locked`` when a read it began with tries to become a write. If
+    ``work`` raises, everything it wrote is rolled back.
+    """
+    return await _execute(connection)(_transact, connection, work)
+
+
+def _transact(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    return within_transaction(work, connection._conn)
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+
+@cache
+def _expected_columns() -> dict[str, tuple[tuple[str, str, int, int], ...]]:
+    raw = sqlite3.connect(":memory:")
+    try:
+        for text in schema():
+            raw.execute(text)
+        return {table: _columns(raw, table) for table in TABLES}
+    finally:
+        raw.close()
+
+
+def _columns(raw: sqlite3.Connection, table: str) -> tuple[tuple[str, str, int, int], ...]:
+    # (name, declared type, not null, position in the primary key)
+    rows = raw.execute(f"PRAGMA table_xinfo({table})").fetchall()
+    return tuple((row[1], str(row[2]).upper(), row[3], row[5]) for row in rows)
+
+
+def _file_of(raw: sqlite3.Connection) -> str:
+    for row in raw.execute("PRAGMA database_list"):
+        if row[1] == "main":
+            return str(row[2]) or ":memory:"
+    return "?"
+
+
+def _check_tables(raw: sqlite3.Connection) -> None:
+    present = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    expected = _expected_columns()
+    for table in TABLES:
+        if table not in present:
+            continue
+        found = _columns(raw, table)
+        if found != expected[table]:
+            have = ", ".join(f"{c[0]} {c[1]}".strip() for c in found) or "none"
+            want = ", ".join(f"{c[0]} {c[1]}".strip() for c in expected[table])
+            raise ForeignTable(
+                f"{_file_of(raw)} already has a table named {table} that durable-sqlite did "
+                f"not create (its columns: {have}; durable's: {want}). The file has not been "
+                "changed; point the store at another file, or rename that table"
+            )
+
+
+def _check_version(raw: sqlite3.Connection) -> None:
+    row = raw.execute("SELECT value FROM durable_meta WHERE name = 'schema_version'").fetchone()
+    if row is not None and isinstance(row[0], int) and row[0] > SCHEMA_VERSION:
+        raise DatabaseRefused(
+            f"{_file_of(raw)} holds a durable store of schema version {row[0]}, written by a "
+            f"newer durable-sqlite than this one (which knows version {SCHEMA_VERSION}); "
+            "upgrade durable-sqlite"
+        )
+
+
+def _configure(synchronous: Synchronous, busy_timeout: timedelta, raw: sqlite3.Connection) -> None:
+    if sqlite3.sqlite_version_info < _MINIMUM_SQLITE:
+        raise StoreError(
+            f"durable-sqlite needs SQLite {'.'.join(map(str, _MINIMUM_SQLITE))} or newer "
+            f"(for RETURNING); this Python links SQLite {sqlite3.sqlite_version}"
+        )
+    raw.execute(f"PRAGMA busy_timeout = {duration_micros(busy_timeout) // 1000:d}")
+    # Everything up to the journal mode only reads, so a file that is refused here is
+    # left exactly as it was, byte for byte.
+    try:
+        raw.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as error:
+        raise NotADatabase(
+            f"{_file_of(raw)} is not an SQLite database ({error}); durable-sqlite has not "
+            "written to it. Point the store at a new file or at an SQLite database"
+        ) from error
+    _check_tables(raw)
+    if _file_of(raw) == ":memory:":
+        raise DatabaseRefused(IN_MEMORY)
+    mode = raw.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise DatabaseRefused(
+            f"{_file_of(raw)} could not be put in WAL mode (SQLite kept {mode!r}); "
+            "durable-sqlite needs WAL so that readers never block its writer"
+        )
+    raw.execute(f"PRAGMA synchronous = {synchronous.value}")
+    within_transaction(_create, raw)
+
+
+def _create(raw: sqlite3.Connection) -> None:
+    for text in schema():
+        raw.execute(text)
+    # Checked again under the write lock: another process may have made the file since.
+    _check_tables(raw)
+    _check_version(raw)
+
+
+async def create_schema(connection: aiosqlite.Connection) -> None:
+    """Create the store's tables where they are missing (idempotent), refusing foreign ones."""
+    await transaction(connection, _create)
+
+
+async def configure(
+    connection: aiosqlite.Connection,
+    *,
+    synchronous: Synchronous | str = Synchronous.FULL,
+    busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+) -> None:
+    """Make an open aiosqlite connection ready to carry the store.
+
+    Sets ``busy_timeout``, checks that the file is an SQLite database whose ``durable_*``
+    tables (if any) are the store's own, switches the file to WAL (a persistent property of
+    the file: readers then never block the writer), sets ``synchronous`` for this
+    connection, and creates the schema if it is missing. Idempotent. A file refused by
+    the checks is not written to.
+    """
+    check_driver(connection)
+    await on_thread(
+        connection, partial(_configure, Synchronous.parse(synchronous), _positive(busy_timeout))
+    )
+
+
+def _positive(busy_timeout: object) -> timedelta:
+    if not isinstance(busy_timeout, timedelta) or busy_timeout <= timedelta(0):
+        raise ValueError(f"busy_timeout must be a positive timedelta, got {busy_timeout!r}")
+    return busy_timeout
+
+
+def check_path(path: str | PathLike[str]) -> Path:
+    """``path`` as a file a store may be opened on, or a clear error before anything is made."""
+    text = str(path)
+    if text in ("", ":memory:") or text.startswith("file::memory:"):
+        raise DatabaseRefused(IN_MEMORY)
+    resolved = Path(text).expanduser()
+    if resolved.is_dir():
+        raise NotADatabase(f"{resolved} is a directory; name a database file inside it")
+    if not resolved.parent.is_dir():
+        raise NotADatabase(
+            f"cannot open {resolved}: the directory {resolved.parent} does not exist. "
+            "durable-sqlite creates the database file but not its directory; create it first"
+        )
+    return resolved
+
+
+@asynccontextmanager
+async def connect(
+    path: str | PathLike[str],
+    *,
+    synchronous: Synchronous | str = Synchronous.FULL,
+    busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+) -> AsyncIterator[aiosqlite.Connection]:
+    """Open ``path`` (created if missing, in a directory that exists) ready for the store::
+
+        async with durable_sqlite.connect("orders.db") as connection:
+            durable = SqliteDurable.over(connection)
+
+    The connection is in autocommit mode (``isolation_level=None``): the store issues its
+    own ``BEGIN IMMEDIATE``, and the sqlite3 module's implicit transactions would otherwise
+    hold the write lock between statements. Closed on exit. If the file is refused, a
+    file this call created is removed again and a file that was there is left as it was.
+    """
+    mode = Synchronous.parse(synchronous)
+    timeout = _positive(busy_timeout)
+    file = check_path(path)
+    existed = file.exists()
+    connection = await aiosqlite.connect(
+        file, isolation_level=None, timeout=timeout.total_seconds()
+    )
+    try:
+        await configure(connection, synchronous=mode, busy_timeout=timeout)
+    except BaseException:
+        await connection.close()
+        if not existed:
+            _remove_if_empty(file)
+        raise
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+def _remove_if_empty(file: Path) -> None:
+    with contextlib.suppress(OSError):
+        if file.stat().st_size == 0:
+            file.unlink()
+            for suffix in ("-wal", "-shm", "-journal"):
+                Path(f"{file}{suffix}").unlink(missing_ok=True)

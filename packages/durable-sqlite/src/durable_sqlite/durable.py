@@ -1,0 +1,121 @@
+"""The SQLite pair, whose moves across the two halves are each one commit."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+from typing import Any
+
+import aiosqlite
+from durable.boundary import check_key, check_workflow
+from durable.clock import Clock
+from durable.codec import CheckpointCodec, encode_value
+
+from durable_sqlite.checkpointer import SqliteCheckpointer
+from durable_sqlite.connection import transaction
+from durable_sqlite.scheduler import DEFAULT_LEASE, DEFAULT_POLL, SqliteScheduler
+
+__all__ = ["SqliteDurable"]
+
+
+class SqliteDurable:
+    """A :class:`SqliteCheckpointer` and a :class:`SqliteScheduler` on one connection.
+
+    ``atomic``: ``arrive``, ``send`` and ``discard`` each write both tables in one
+    transaction, so no process ever sees a value recorded without its wakeup, or a
+    workflow discarded with its runs still queued. That needs both halves on one
+    connection (one transaction can only span one connection), which is why the
+    constructor checks it rather than the documentation asking for it: two connections
+    on the same file would be two commits with a crash-sized gap between them.
+    """
+
+    atomic = True
+
+    def __init__(self, checkpointer: SqliteCheckpointer, scheduler: SqliteScheduler) -> None:
+        if not isinstance(checkpointer, SqliteCheckpointer) or not isinstance(
+            scheduler, SqliteScheduler
+        ):
+            raise TypeError(
+                "SqliteDurable pairs a SqliteCheckpointer with a SqliteScheduler, got "
+                f"{checkpointer!r} and {scheduler!r}; compose other stores with "
+                "durable.SplitDurable"
+            )
+        if checkpointer.connection is not scheduler.connection:
+            raise ValueError(
+                "SqliteDurable needs its checkpointer and scheduler on one connection, so "
+                "that each move is one transaction; these two have a connection each (even "
+                "on one file that is two commits). Build both halves over the same "
+                "connection, e.g. SqliteDurable.over(connection)"
+            )
+        self._checkpointer = checkpointer
+        self._scheduler = scheduler
+
+    @classmethod
+    def over(
+        cls,
+        connection: aiosqlite.Connection,
+        *,
+        codec: CheckpointCodec[Any] | None = None,
+        clock: Clock | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        poll: timedelta = DEFAULT_POLL,
+    ) -> SqliteDurable:
+        """Both halves over ``connection``, sharing ``clock`` (SQLite's own when ``None``)."""
+        return cls(
+            SqliteCheckpointer(connection, codec=codec, clock=clock),
+            SqliteScheduler(connection, lease=lease, clock=clock, poll=poll),
+        )
+
+    def __repr__(self) -> str:
+        return f"SqliteDurable({self._checkpointer!r}, {self._scheduler!r})"
+
+    @property
+    def connection(self) -> aiosqlite.Connection:
+        return self._checkpointer.connection
+
+    @property
+    def checkpointer(self) -> SqliteCheckpointer:
+        return self._checkpointer
+
+    @property
+    def scheduler(self) -> SqliteScheduler:
+        return self._scheduler
+
+    async def arrive(self, workflow: str, key: str, value: object) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        cp, sched = self._checkpointer, self._scheduler
+        encoded = encode_value(cp.codec, value, workflow=workflow, key=key)
+
+        def arrive(raw: sqlite3.Connection) -> object:
+            stored = cp._supply_in(raw, workflow, key, encoded)
+            sched._make_ready_in(raw, workflow)
+            return stored
+
+        stored = await transaction(self.connection, arrive)
+        sched._changed.set()
+        return cp.codec.decode(stored)
+
+    async def send(self, workflow: str, value: object) -> str:
+        check_workflow(workflow)
+        cp, sched = self._checkpointer, self._scheduler
+        encoded = cp._encode_entry(workflow, value)
+
+        def send(raw: sqlite3.Connection) -> str:
+            key = cp._append_in(raw, workflow, encoded)
+            sched._make_ready_in(raw, workflow)
+            return key
+
+        key = await transaction(self.connection, send)
+        sched._changed.set()
+        return key
+
+    async def discard(self, workflow: str) -> None:
+        check_workflow(workflow)
+        cp, sched = self._checkpointer, self._scheduler
+
+        def discard(raw: sqlite3.Connection) -> None:
+            cp._discard_in(raw, workflow)
+            sched._cancel_in(raw, workflow)
+
+        await transaction(self.connection, discard)

@@ -1,0 +1,161 @@
+-- Every statement the store runs, each under a "-- name:" line that the Python side looks
+-- it up by. Parameters are named; moments and durations are INTEGER microseconds (see
+-- schema.sql).
+--
+-- :now is the store's clock at the statement. By default that is SQLite's own: the "now"
+-- statement below is written in place of :now, as a subquery, so each statement reads
+-- the clock as it writes, under the write lock. A store given a Clock (a ManualClock in
+-- tests) binds :now to its reading instead, taken inside the same transaction.
+--
+-- Each guarantee is one statement where one statement can carry it, for the reason the
+-- design gives for Redis scripts: split a check from the write it guards and the gap is
+-- where the guarantee leaks. Where a move needs two statements (transact, discard, and
+-- the Durable's cross-table moves) they share one transaction, and SQLite's single writer
+-- makes that transaction the unit.
+
+
+-- name: now
+-- SQLite's own clock. julianday('now') is the VFS's clock in whole milliseconds, and
+-- stays fixed for the length of one statement; rounding the day fraction back to
+-- milliseconds undoes the float division that made it.
+SELECT CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000;
+
+
+-- Checkpointer ------------------------------------------------------------------------
+
+-- name: load
+SELECT key, value FROM durable_checkpoint WHERE workflow = :workflow ORDER BY seq;
+
+-- name: history
+SELECT key, value, recorded_at FROM durable_checkpoint WHERE workflow = :workflow ORDER BY seq;
+
+-- name: workflows
+-- Ids in order, distinct by walking the UNIQUE (workflow, key) index. LIMIT -1 is no limit.
+SELECT DISTINCT workflow FROM durable_checkpoint ORDER BY workflow LIMIT :limit;
+
+-- name: token
+SELECT token, budget_until FROM durable_claim WHERE workflow = :workflow;
+
+-- name: claimed
+-- The claim while a pass holds it: not released, and both deadlines still ahead.
+SELECT token, live_until, budget_until FROM durable_claim
+WHERE workflow = :workflow AND live_until IS NOT NULL
+  AND :now < live_until AND :now < budget_until;
+
+-- name: claim
+-- Checking that the workflow is free and taking it are one statement. A first claim
+-- inserts token 1; otherwise the conflict raises the token only where the WHERE finds the
+-- claim free (released, or either deadline passed), and a held claim returns no row.
+INSERT INTO durable_claim (workflow, token, live_until, budget_until, liveness)
+VALUES (:workflow, 1, min(:now + :liveness, :now + :budget), :now + :budget, :liveness)
+ON CONFLICT (workflow) DO UPDATE SET
+    token = token + 1,
+    live_until = excluded.live_until,
+    budget_until = excluded.budget_until,
+    liveness = excluded.liveness
+WHERE live_until IS NULL OR :now >= live_until OR :now >= budget_until
+RETURNING token;
+
+-- name: renew
+-- Liveness moves forward by the claim's own window and never past its budget. A holder
+-- that is superseded, released or out of budget matches nothing.
+UPDATE durable_claim
+SET live_until = min(:now + liveness, budget_until)
+WHERE workflow = :workflow AND token = :token
+  AND budget_until IS NOT NULL AND :now < budget_until
+RETURNING token;
+
+-- name: release
+-- Raising the token on release means the released pass cannot write again and the next
+-- claim still outranks it. A stale holder's token matches nothing, so it frees nothing.
+UPDATE durable_claim
+SET token = token + 1, live_until = NULL, budget_until = NULL
+WHERE workflow = :workflow AND token = :token;
+
+-- name: record
+-- Fencing and first-writer-wins in one statement. The SELECT yields a row only while the
+-- holder's token is the highest issued, so a fenced write inserts nothing and returns
+-- nothing. Otherwise the upsert either inserts or meets the UNIQUE (workflow, key) row,
+-- whose no-op DO UPDATE hands back the value already there without moving its seq or its
+-- recorded_at. (The WHERE is also what lets SQLite parse ON CONFLICT after a SELECT.)
+INSERT INTO durable_checkpoint (workflow, key, value, recorded_at)
+SELECT :workflow, :key, :value, :now
+FROM durable_claim
+WHERE workflow = :workflow AND token = :token
+ON CONFLICT (workflow, key) DO UPDATE SET value = value
+RETURNING value;
+
+-- name: supply
+-- First-writer-wins with no claim: the same upsert as record, unfenced.
+INSERT INTO durable_checkpoint (workflow, key, value, recorded_at)
+VALUES (:workflow, :key, :value, :now)
+ON CONFLICT (workflow, key) DO UPDATE SET value = value
+RETURNING value;
+
+-- name: lookup
+SELECT value FROM durable_checkpoint WHERE workflow = :workflow AND key = :key;
+
+-- name: append
+-- The key is the next seq, read inside the insert and written as both the row's seq and
+-- its inbox key, so the key order and the load order are one number and cannot disagree.
+-- Reading the maximum inside an insert is atomic here because SQLite admits one writer at
+-- a time. :prefix and the zero-padded width are durable.interfaces.inbox_key's (a test
+-- holds the two to the same spelling).
+INSERT INTO durable_checkpoint (seq, workflow, key, value, recorded_at)
+SELECT next.seq, :workflow, :prefix || printf('%020d', next.seq), :value, :now
+FROM (SELECT coalesce(max(seq), 0) + 1 AS seq FROM durable_checkpoint) AS next
+WHERE true
+RETURNING key;
+
+-- name: forget
+DELETE FROM durable_checkpoint WHERE workflow = :workflow;
+
+-- name: raise_fence
+-- discard keeps the claim row and takes its token up, freeing it: a pass in flight is
+-- refused at its next write and the id is claimable at once, with a higher token.
+INSERT INTO durable_claim (workflow, token, live_until, budget_until, liveness)
+VALUES (:workflow, 1, NULL, NULL, 0)
+ON CONFLICT (workflow) DO UPDATE SET token = token + 1, live_until = NULL, budget_until = NULL;
+
+
+-- Scheduler ---------------------------------------------------------------------------
+
+-- name: make_ready
+-- Runnable now, and never later than it already was: a workflow already waiting in line
+-- keeps its place. Clearing the receipt is what a newer wakeup wins by.
+INSERT INTO durable_queue (workflow, visible_at, receipt) VALUES (:workflow, :now, NULL)
+ON CONFLICT (workflow) DO UPDATE SET
+    visible_at = min(visible_at, excluded.visible_at),
+    receipt = NULL;
+
+-- name: due
+-- Whether any row is runnable, read without the write lock, so an idle poll never queues
+-- behind writers.
+SELECT EXISTS (SELECT 1 FROM durable_queue WHERE visible_at <= :now);
+
+-- name: take
+-- The earliest visible row, hidden for the lease under a fresh receipt, in one statement.
+UPDATE durable_queue
+SET visible_at = :now + :lease, receipt = :receipt
+WHERE workflow = (
+    SELECT workflow FROM durable_queue
+    WHERE visible_at <= :now
+    ORDER BY visible_at, workflow
+    LIMIT 1
+)
+RETURNING workflow;
+
+-- name: wake_at
+-- Answers for the delivery only while its receipt is the row's: a make_ready since then
+-- cleared it, and a cancel since then deleted the row.
+UPDATE durable_queue SET visible_at = :when, receipt = NULL
+WHERE workflow = :workflow AND receipt = :receipt;
+
+-- name: done
+DELETE FROM durable_queue WHERE workflow = :workflow AND receipt = :receipt;
+
+-- name: cancel
+DELETE FROM durable_queue WHERE workflow = :workflow;
+
+-- name: scheduled
+SELECT visible_at FROM durable_queue WHERE workflow = :workflow;

@@ -1,0 +1,218 @@
+"""What the store does to (and refuses to do to) the file it is given."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from durable_sqlite import (
+    DatabaseRefused,
+    ForeignTable,
+    NotADatabase,
+    SqliteDurable,
+    Synchronous,
+    connect,
+)
+from durable_sqlite.connection import SCHEMA_VERSION, TABLES
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def siblings(path: Path) -> list[str]:
+    """What the directory holding ``path`` holds."""
+    return sorted(p.name for p in path.parent.iterdir())
+
+
+def query(path: Path, sql: str) -> list[tuple[object, ...]]:
+    raw = sqlite3.connect(path)
+    try:
+        return raw.execute(sql).fetchall()
+    finally:
+        raw.close()
+
+
+# -- the schema ------------------------------------------------------------------------
+
+
+async def test_order_survives_vacuum(store: SqliteDurable, path: Path) -> None:
+    cp = store.checkpointer
+    holder = await cp.claim("wf", liveness=timedelta(minutes=1), budget=timedelta(minutes=5))
+    assert holder is not None
+    for i in range(30):
+        # Interleave a workflow that is then discarded, so that the keeper's rows sit
+        # between gaps that a VACUUM renumbering implicit rowids would close.
+        await cp.supply("doomed", f"d{i}", i)
+        await cp.record(holder, f"{(i * 7) % 30:02d}-step", i)
+        if i % 3 == 0:
+            await cp.append("wf", f"message {i}")
+    await cp.discard("doomed")
+    before = await cp.load("wf")
+    seqs = query(path, "SELECT seq, key FROM durable_checkpoint ORDER BY seq")
+    assert list(before) != sorted(before)  # load order is not key order
+
+    await store.connection.execute("VACUUM")
+
+    assert query(path, "SELECT seq, key FROM durable_checkpoint ORDER BY seq") == seqs
+    after = await cp.load("wf")
+    assert list(after.items()) == list(before.items())
+    assert [e.key for e in await cp.history("wf")] == list(before)
+    key = await cp.append("wf", "after vacuum")
+    assert list(await cp.load("wf"))[-1] == key
+
+
+def test_the_checkpoint_table_names_its_rowid_and_the_others_have_none(tmp_path: Path) -> None:
+    from durable_sqlite.connection import schema
+
+    raw = sqlite3.connect(tmp_path / "schema.db")
+    try:
+        for statement in schema():
+            raw.execute(statement)
+        tables = dict(raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+        columns = raw.execute("PRAGMA table_info(durable_checkpoint)").fetchall()
+    finally:
+        raw.close()
+    assert set(tables) == set(TABLES)
+    assert ("seq", "INTEGER", 1) in [(c[1], c[2], c[5]) for c in columns]
+    assert "WITHOUT ROWID" not in tables["durable_checkpoint"]
+    for table in set(TABLES) - {"durable_checkpoint"}:
+        assert tables[table].rstrip().endswith("WITHOUT ROWID"), table
+
+
+async def test_opening_twice_is_idempotent_and_keeps_what_is_there(path: Path) -> None:
+    async with connect(path) as connection:
+        await SqliteDurable.over(connection).checkpointer.supply("wf", "k", 1)
+    async with connect(path) as connection:
+        assert await SqliteDurable.over(connection).checkpointer.load("wf") == {"k": 1}
+    assert query(path, "SELECT value FROM durable_meta WHERE name = 'schema_version'") == [
+        (SCHEMA_VERSION,)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("synchronous", "level"), [(Synchronous.FULL, 2), ("normal", 1), ("FULL", 2)]
+)
+async def test_the_connection_is_wal_with_a_busy_timeout_and_the_chosen_synchronous(
+    path: Path, synchronous: str, level: int
+) -> None:
+    async with connect(
+        path, synchronous=synchronous, busy_timeout=timedelta(seconds=2)
+    ) as connection:
+        assert list(await connection.execute_fetchall("PRAGMA journal_mode")) == [("wal",)]
+        assert list(await connection.execute_fetchall("PRAGMA synchronous")) == [(level,)]
+        assert list(await connection.execute_fetchall("PRAGMA busy_timeout")) == [(2000,)]
+        assert connection.isolation_level is None
+
+
+async def test_synchronous_off_is_not_offered(path: Path) -> None:
+    with pytest.raises(ValueError, match="does not offer OFF"):
+        async with connect(path, synchronous="off"):
+            pass
+    assert siblings(path) == []
+
+
+async def test_the_store_shares_a_file_with_the_applications_tables(path: Path) -> None:
+    raw = sqlite3.connect(path)
+    with raw:
+        raw.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER)")
+        raw.execute("INSERT INTO orders VALUES (1, 100)")
+    raw.close()
+    async with connect(path) as connection:
+        store = SqliteDurable.over(connection)
+        holder = await store.checkpointer.claim(
+            "wf", liveness=timedelta(minutes=1), budget=timedelta(minutes=5)
+        )
+        assert holder is not None
+
+        def refund(cursor: sqlite3.Cursor) -> object:
+            cursor.execute("UPDATE orders SET total = total - 30 WHERE id = 1")
+            return cursor.execute("SELECT total FROM orders WHERE id = 1").fetchone()[0]
+
+        recorded = await store.checkpointer.transact(holder, "refunded", refund)
+        assert recorded.value == 70
+    assert query(path, "SELECT total FROM orders") == [(70,)]
+
+
+async def test_a_connection_left_in_a_transaction_is_refused_clearly(path: Path) -> None:
+    async with connect(path) as connection:
+        store = SqliteDurable.over(connection)
+        await connection.execute("BEGIN")
+        with pytest.raises(Exception, match="transaction open that durable did not start"):
+            await store.checkpointer.supply("wf", "k", 1)
+        await connection.execute("ROLLBACK")
+        assert await store.checkpointer.supply("wf", "k", 1) == 1
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+async def test_a_path_in_a_missing_directory_is_refused_and_nothing_is_made(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "no" / "such" / "store.db"
+    with pytest.raises(NotADatabase, match="does not exist"):
+        async with connect(missing):
+            pass
+    assert siblings(tmp_path / "anything") == []
+
+
+async def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NotADatabase, match="is a directory"):
+        async with connect(tmp_path):
+            pass
+
+
+async def test_a_file_that_is_not_a_database_is_refused_and_left_untouched(
+    tmp_path: Path,
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("groceries: milk, eggs\n" * 200)
+    before = digest(notes)
+    with pytest.raises(NotADatabase, match="is not an SQLite database"):
+        async with connect(notes):
+            pass
+    assert digest(notes) == before
+    assert siblings(notes) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_a_database_with_a_foreign_table_of_the_same_name_is_refused_and_left_untouched(
+    tmp_path: Path, table: str
+) -> None:
+    theirs = tmp_path / "theirs.db"
+    raw = sqlite3.connect(theirs)
+    with raw:
+        raw.execute(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, note TEXT)")
+        raw.execute(f"INSERT INTO {table} (note) VALUES ('mine')")
+    raw.close()
+    before = digest(theirs)
+    with pytest.raises(ForeignTable, match=f"already has a table named {table}") as refused:
+        async with connect(theirs):
+            pass
+    assert "has not been changed" in str(refused.value)
+    assert digest(theirs) == before
+    assert siblings(theirs) == ["theirs.db"]
+    assert query(theirs, "PRAGMA journal_mode") == [("delete",)]
+
+
+async def test_a_file_from_a_newer_schema_is_refused(path: Path) -> None:
+    async with connect(path):
+        pass
+    raw = sqlite3.connect(path)
+    with raw:
+        raw.execute("UPDATE durable_meta SET value = ? WHERE name = 'schema_version'", (99,))
+    raw.close()
+    with pytest.raises(DatabaseRefused, match="newer durable-sqlite"):
+        async with connect(path):
+            pass
+
+
+@pytest.mark.parametrize("where", [":memory:", ""])
+async def test_an_in_memory_database_is_refused(where: str) -> None:
+    with pytest.raises(DatabaseRefused, match="memory:// store"):
+        async with connect(where):
+            pass
