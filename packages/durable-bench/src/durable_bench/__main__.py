@@ -23,10 +23,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import durable
-from durable.plugins import StorePlugin, Testbed
+from durable.plugins import StorePlugin
 from durable.run import Run, resume
 
 
@@ -72,10 +73,20 @@ def _one(value: object) -> int:
     return value
 
 
-async def _bench_store(plugin: StorePlugin, steps: int, fanouts: list[int]) -> list[Row]:
+VARIANTS: dict[str, list[tuple[str, str | None]]] = {
+    # SQLite twice: FULL (the store's default: durable across power loss, one fsync per
+    # commit) and NORMAL (durable across a process crash; the commit is a thread hop and
+    # a write to the WAL, so what the store adds shows most there).
+    "sqlite": [("sqlite", None), ("sqlite/normal", "sqlite://?synchronous=normal")],
+}
+
+
+async def _bench_store(
+    plugin: StorePlugin, label: str, steps: int, fanouts: list[int], url: str | None
+) -> list[Row]:
     assert plugin.testing is not None
     rows: list[Row] = []
-    async with plugin.testing(None) as testbed:
+    async with plugin.testing(url) as testbed:
         store = testbed.durable
         cp = store.checkpointer
         raw_module = _raw_module(plugin.name)
@@ -83,37 +94,42 @@ async def _bench_store(plugin: StorePlugin, steps: int, fanouts: list[int]) -> l
             raise LookupError(f"no durable_bench.raw.{plugin.name} module")
         async with raw_module.raw_op(testbed) as raw:
             await _timed(raw, 50, offset=10_000_000)  # warm up connections and caches
-            raw_samples = await _timed(raw, steps)
-            raw_p50, raw_p90 = _quantiles(raw_samples)
-            rows.append(Row(plugin.name, "raw round trip", raw_p50, raw_p90, 1000 / raw_p50))
-
-            holder = await cp.claim("bench-record", liveness=timedelta(minutes=5),
-                                    budget=timedelta(minutes=30))
+            holder = await cp.claim(
+                "bench-record", liveness=timedelta(minutes=5), budget=timedelta(minutes=30)
+            )
             assert holder is not None
-
-            async def record(i: int) -> None:
-                await cp.record(holder, f"k{i}", i)
-
-            await _timed(record, 50, offset=10_000_000)
-            p50, p90 = _quantiles(await _timed(record, steps))
-            rows.append(Row(plugin.name, "record", p50, p90, 1000 / p50, p50 / raw_p50))
-            await cp.release(holder)
-
+            # Raw, record and Run.step are sampled in turn within one loop, so that all three
+            # see the same machine: on a shared VM the cost of a thread hop or a syscall
+            # drifts over seconds, and rows measured one after another would compare drifts.
+            raw_samples: list[float] = []
+            record_samples: list[float] = []
             step_samples: list[float] = []
 
-            async def stepping(run: Run[Any]) -> None:
+            async def interleaved(run: Run[Any]) -> None:
+                clock = time.perf_counter
                 for i in range(steps):
-                    start = time.perf_counter()
-                    await run.step(f"s{i}", lambda i=i: i, _one)  # type: ignore[misc]
-                    step_samples.append(time.perf_counter() - start)
+                    start = clock()
+                    await raw(i)
+                    middle = clock()
+                    await cp.record(holder, f"k{i}", i)
+                    before_step = clock()
+                    await run.step(f"s{i}", lambda i=i: i, _one)
+                    end = clock()
+                    raw_samples.append(middle - start)
+                    record_samples.append(before_step - middle)
+                    step_samples.append(end - before_step)
 
-            await resume(store, "bench-step", stepping)
-            p50, p90 = _quantiles(step_samples)
-            rows.append(Row(plugin.name, "Run.step", p50, p90, 1000 / p50, p50 / raw_p50))
+            await resume(store, "bench-step", interleaved)
+            await cp.release(holder)
+            raw_p50, raw_p90 = _quantiles(raw_samples)
+            rows.append(Row(label, "raw round trip", raw_p50, raw_p90, 1000 / raw_p50))
+            for name, samples in (("record", record_samples), ("Run.step", step_samples)):
+                p50, p90 = _quantiles(samples)
+                rows.append(Row(label, name, p50, p90, 1000 / p50, p50 / raw_p50))
 
             async def hundred(run: Run[Any]) -> None:
                 for i in range(100):
-                    await run.step(f"s{i}", lambda i=i: i, _one)  # type: ignore[misc]
+                    await run.step(f"s{i}", lambda i=i: i, _one)
 
             passes = []
             for n in range(5):
@@ -121,26 +137,34 @@ async def _bench_store(plugin: StorePlugin, steps: int, fanouts: list[int]) -> l
                 await resume(store, f"bench-100-{n}", hundred)
                 passes.append((time.perf_counter() - start) / 100)
             p50, p90 = _quantiles(passes)
-            rows.append(Row(plugin.name, "100-step pass (per step)", p50, p90, 1000 / p50,
-                            p50 / raw_p50))
+            rows.append(Row(label, "100-step pass (per step)", p50, p90, 1000 / p50, p50 / raw_p50))
 
             for width in fanouts:
                 each = max(10, steps // width)
                 raw_rate = await _throughput(raw, width, each)
-                rows.append(Row(plugin.name, f"raw x{width} tasks", 0, 0, raw_rate))
+                rows.append(Row(label, f"raw x{width} tasks", 0, 0, raw_rate))
 
                 async def workflow_pass(t: int, width: int = width, each: int = each) -> None:
                     async def body(run: Run[Any]) -> None:
                         for i in range(each):
-                            await run.step(f"s{i}", lambda i=i: i, _one)  # type: ignore[misc]
+                            await run.step(f"s{i}", lambda i=i: i, _one)
 
                     await resume(store, f"bench-fan-{width}-{t}", body)
 
                 start = time.perf_counter()
                 await asyncio.gather(*(workflow_pass(t) for t in range(width)))
                 rate = width * each / (time.perf_counter() - start)
-                rows.append(Row(plugin.name, f"{width} workflows concurrently", 0, 0, rate,
-                                rate / raw_rate, "ratio = steps/s over raw ops/s"))
+                rows.append(
+                    Row(
+                        label,
+                        f"{width} workflows concurrently",
+                        0,
+                        0,
+                        rate,
+                        rate / raw_rate,
+                        "ratio = steps/s over raw ops/s",
+                    )
+                )
     return rows
 
 
@@ -157,13 +181,15 @@ def _print(rows: list[Row]) -> None:
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else ""
         p50 = f"{row.p50_ms:.3f}" if row.p50_ms else ""
         p90 = f"{row.p90_ms:.3f}" if row.p90_ms else ""
-        print(f"{row.store:<10} {row.name:<30} {p50:>9} {p90:>9} {row.per_second:>10.0f} "
-              f"{ratio:>7}")
+        print(
+            f"{row.store:<10} {row.name:<30} {p50:>9} {p90:>9} {row.per_second:>10.0f} {ratio:>7}"
+        )
 
 
-async def _main(args: argparse.Namespace) -> int:
+async def _main(args: argparse.Namespace) -> tuple[int, list[Row]]:
     installed = durable.stores()
     names = args.store.split(",") if args.store else list(installed)
+    urls = dict(item.split("=", 1) for item in args.url)
     rows: list[Row] = []
     failed = False
     for name in names:
@@ -173,7 +199,9 @@ async def _main(args: argparse.Namespace) -> int:
             failed = True
             continue
         try:
-            rows.extend(await _bench_store(plugin, args.steps, args.fanout))
+            variants = [(name, urls[name])] if name in urls else VARIANTS.get(name, [(name, None)])
+            for label, url in variants:
+                rows.extend(await _bench_store(plugin, label, args.steps, args.fanout, url))
         except Exception as error:
             print(f"{name}: could not run: {type(error).__name__}: {error}", file=sys.stderr)
             failed = True
@@ -182,10 +210,7 @@ async def _main(args: argparse.Namespace) -> int:
                 raise
             print(f"{name}: could not run: {error}", file=sys.stderr)
     _print(rows)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump([asdict(r) for r in rows], out, indent=2)
-    return 1 if failed else 0
+    return (1 if failed else 0), rows
 
 
 def main() -> int:
@@ -194,7 +219,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2000, help="samples per row")
     parser.add_argument("--fanout", type=int, nargs="*", default=[16, 64])
     parser.add_argument("--json", help="also write the rows to this file")
-    return asyncio.run(_main(parser.parse_args()))
+    parser.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        metavar="STORE=URL",
+        help="hand URL to STORE's testing hook (e.g. postgres=postgresql://...); repeatable",
+    )
+    args = parser.parse_args()
+    code, rows = asyncio.run(_main(args))
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    return code
 
 
 if __name__ == "__main__":

@@ -13,10 +13,9 @@ type is then proven by a function that ran rather than asserted by a cast.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -198,20 +197,20 @@ class Run(Generic[E]):
         except Exception as error:
             raise ParseFailed(self.workflow, key, value, error) from error
 
-    @contextlib.contextmanager
-    def _effect(self, key: str) -> Iterator[None]:
+    def _begin(self, key: str) -> None:
+        """Count an effect in flight, or refuse it if the pass is ending. A pair of plain
+        calls rather than a context manager: this is on every step's path."""
         if self._ending:
             raise Suspended(
                 f"workflow {self.workflow!r}: the pass is ending, so {key!r} waits for the next"
             )
         self._in_flight += 1
         self._settled.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight:
-                self._settled.set()
+
+    def _finish(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._settled.set()
 
     async def _end(self) -> None:
         """Refuse new effects and wait for those in flight to record."""
@@ -244,11 +243,14 @@ class Run(Generic[E]):
         self._use(key)
         if key in self._records:
             return self._parse(key, self._records[key], parse)
-        with self._effect(key):
+        self._begin(key)
+        try:
             produced = effect()
             if inspect.isawaitable(produced):
                 produced = await produced
             recorded = await self._write(key, produced)
+        finally:
+            self._finish()
         return self._parse(key, recorded.value, parse)
 
     async def transact(self, key: str, effect: E, parse: Callable[[object], T]) -> T:
@@ -258,8 +260,11 @@ class Run(Generic[E]):
         self._use(key)
         if key in self._records:
             return self._parse(key, self._records[key], parse)
-        with self._effect(key):
+        self._begin(key)
+        try:
             recorded = await self._checkpointer.transact(self._holder, key, effect)
+        finally:
+            self._finish()
         self._keep(key, recorded)
         return self._parse(key, recorded.value, parse)
 
@@ -290,8 +295,11 @@ class Run(Generic[E]):
         if key in self._records:
             stored = self._records[key]
         else:
-            with self._effect(key):
+            self._begin(key)
+            try:
                 stored = (await self._write(key, (self.now() + duration).isoformat())).value
+            finally:
+                self._finish()
         deadline = self._parse(key, stored, _as_deadline)
         if self.now() >= deadline:
             return deadline
@@ -312,9 +320,12 @@ class Run(Generic[E]):
             )
             if untaken is None:
                 self._suspend(key, "waits for an inbox message at")
-            with self._effect(key):
+            self._begin(key)
+            try:
                 self._taken.add(untaken)
                 await self._write(key, {RECEIVE_FIELD: untaken})
+            finally:
+                self._finish()
         target = _is_reference(self._records[key])
         if target is None or target not in self._records:
             raise ParseFailed(
