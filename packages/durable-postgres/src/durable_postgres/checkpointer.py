@@ -1,0 +1,361 @@
+"""What a workflow has done, in Postgres: every guarantee one statement or one transaction.
+
+The statements, and the argument for each, are in ``statements.sql``; this module decides
+what to send and what the answer means. Postgres wins the ``transact`` row for effects that
+live in the same database, which is where applications usually keep their data: the effect
+is handed the cursor of the open transaction that will also write the record, so a step's
+own ``UPDATE`` and its checkpoint commit together, and that step is exactly-once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from datetime import UTC, timedelta
+from typing import Any
+
+import psycopg
+from durable.boundary import check_duration, check_key, check_workflow
+from durable.codec import CheckpointCodec, JsonCodec, encode_value
+from durable.interfaces import Claimed, Entry, Fenced, Pass, Recorded, StoreError
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.pq import TransactionStatus
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+
+from durable_postgres.connections import Connections, EffectFailed, Params, Subject
+from durable_postgres.statements import DEFAULT_SCHEMA, check_schema_name, statements
+
+__all__ = ["PostgresCheckpointer", "PostgresEffect"]
+
+PostgresEffect = Callable[[AsyncCursor[Any]], Awaitable[object]]
+"""What ``PostgresCheckpointer.transact`` commits: an async function handed a cursor inside the
+open transaction that will also write the record. Its return value is recorded. If it raises,
+the transaction rolls back and neither its writes nor the record remain.
+
+It must leave the transaction as it found it: no ``COMMIT`` or ``ROLLBACK`` of its own (use
+``async with cursor.connection.transaction():`` for a savepoint it can roll back to), and no
+database error swallowed without rolling back to such a savepoint."""
+
+_INBOX = "<inbox>"
+
+
+class PostgresCheckpointer:
+    """A :class:`~durable.interfaces.Checkpointer` over the tables :func:`migrate` creates.
+
+    ``pool`` may be the application's own pool: sharing it is what lets a ``transact`` effect
+    touch the application's tables. ``schema`` names where the durable tables live, so one
+    database can hold several deployments. ``codec`` must encode to ``str``, which is stored
+    exactly as encoded. ``prepare=False`` turns off prepared statements, for a pooler that
+    cannot keep them (PgBouncer older than 1.21 in transaction mode).
+    """
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        codec: CheckpointCodec[str] | None = None,
+        prepare: bool = True,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.pool = pool
+        self.codec: CheckpointCodec[str] = codec if codec is not None else JsonCodec()
+        self._sql = statements(schema)
+        self._db = Connections(pool, schema, prepare=prepare)
+
+    def __repr__(self) -> str:
+        return f"PostgresCheckpointer(schema={self.schema!r}, codec={self.codec!r})"
+
+    # -- encodings -------------------------------------------------------------
+
+    def _encode(self, workflow: str, key: str, value: object) -> str:
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        if not isinstance(encoded, str):
+            raise TypeError(
+                f"workflow {workflow!r}, key {key!r}: PostgresCheckpointer stores text, but "
+                f"the codec {self.codec!r} encoded {type(encoded).__name__}; use a codec that "
+                "encodes to str"
+            )
+        return encoded
+
+    def _decode(self, workflow: str, key: str, stored: str) -> object:
+        try:
+            return self.codec.decode(stored)
+        except Exception as error:
+            raise StoreError(
+                f"workflow {workflow!r}, key {key!r}: the stored value does not decode with "
+                f"{self.codec!r} ({error}); was it written with another codec?"
+            ) from error
+
+    def _recorded(self, workflow: str, key: str, stored: str, encoded: str) -> Recorded:
+        # The store holds both encodings, so it answers who won: equal encodings are a tie,
+        # and a tie counts as first.
+        return Recorded(self._decode(workflow, key, stored), stored == encoded)
+
+    # -- reads -----------------------------------------------------------------
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        check_workflow(workflow)
+        rows = await self._db.rows(f"load of {workflow!r}", self._sql.load, {"workflow": workflow})
+        return {key: self._decode(workflow, key, value) for key, value in rows}
+
+    async def history(self, workflow: str) -> list[Entry]:
+        check_workflow(workflow)
+        rows = await self._db.rows(
+            f"history of {workflow!r}", self._sql.history, {"workflow": workflow}
+        )
+        return [
+            Entry(key, self._decode(workflow, key, value), at.astimezone(UTC))
+            for key, value, at in rows
+        ]
+
+    async def workflows(self, limit: int | None = None) -> list[str]:
+        """Every workflow id that holds records, sorted, at most ``limit`` of them."""
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+        rows = await self._db.rows("listing workflows", self._sql.workflows, {"limit": limit})
+        return [workflow for (workflow,) in rows]
+
+    async def claimed(self, workflow: str) -> Claimed | None:
+        """The live claim on ``workflow``, or ``None`` when no pass holds it (for operators)."""
+        check_workflow(workflow)
+        rows = await self._db.rows(
+            f"reading the claim of {workflow!r}", self._sql.claimed, {"workflow": workflow}
+        )
+        if not rows:
+            return None
+        token, live_until, budget_until = rows[0]
+        return Claimed(token, live_until.astimezone(UTC), budget_until.astimezone(UTC))
+
+    # -- the claim ---------------------------------------------------------------
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        check_workflow(workflow)
+        check_duration("liveness", liveness, workflow=workflow)
+        check_duration("budget", budget, workflow=workflow)
+        # Repeatable: a claim whose answer was lost either took the workflow (and the retry
+        # finds it held, so the claim lapses with its liveness) or did not (and the retry
+        # takes it). Never two live passes.
+        row = await self._db.one(
+            f"claim of {workflow!r}",
+            self._sql.claim,
+            {"workflow": workflow, "liveness": liveness, "budget": budget},
+            repeatable=True,
+        )
+        return Pass(workflow, row[0]) if row is not None else None
+
+    async def renew(self, holder: Pass) -> Pass:
+        row = await self._db.one(
+            f"renewal of {holder}", self._sql.renew, _holding(holder), repeatable=True
+        )
+        if row is None:
+            raise await self._refusal(holder, "renew")
+        return holder
+
+    async def release(self, holder: Pass) -> None:
+        await self._db.one(
+            f"release of {holder}", self._sql.release, _holding(holder), repeatable=True
+        )
+
+    async def _refusal(self, holder: Pass, doing: str) -> Fenced:
+        """Word the refusal of a guarded statement that returned no row (the statement has
+        already decided; this only reads why)."""
+        row = await self._db.one(
+            f"reading the fence of {holder.workflow!r}",
+            self._sql.fence,
+            {"workflow": holder.workflow},
+            repeatable=True,
+        )
+        return _fenced(holder, doing, row)
+
+    # -- writes ------------------------------------------------------------------
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        workflow = holder.workflow
+        check_key(workflow, key)
+        encoded = self._encode(workflow, key, value)
+        # Repeatable: first-writer-wins, so a retry of a write that did land finds its own
+        # encoding stored and answers first=True, as the lost answer would have.
+        row = await self._db.one(
+            f"record of {key!r} on {workflow!r}",
+            self._sql.record,
+            {"workflow": workflow, "token": holder.token, "key": key, "value": encoded},
+            repeatable=True,
+            subject=Subject(workflow, key, value, encoded),
+        )
+        if row is None:
+            raise await self._refusal(holder, f"record of {key!r}")
+        return self._recorded(workflow, key, row[0], encoded)
+
+    async def transact(self, holder: Pass, key: str, effect: PostgresEffect) -> Recorded:
+        """Run ``effect`` with a cursor inside one transaction that also records its result.
+
+        Inside one READ COMMITTED transaction: one statement reads the token and the key (the
+        effect runs only if this pass still holds the workflow and the key is empty), then the
+        effect, then one statement records the result under the same fence as
+        :meth:`record`. If that last one finds the pass fenced or the key supplied meanwhile,
+        the transaction is rolled back, so the effect's writes never outlive a record that is
+        not theirs. The first read takes no lock, so an effect that stalls never blocks a
+        newer pass's claim.
+
+        Not retried after a lost connection: the effect is the caller's code, and the next
+        call (which finds the record if the commit landed) is the caller's to make.
+        """
+        workflow = holder.workflow
+        check_key(workflow, key)
+        if not callable(effect):
+            raise TypeError(
+                f"workflow {workflow!r}, key {key!r}: PostgresCheckpointer.transact takes an "
+                f"async function of a cursor, got {effect!r}"
+            )
+        doing = f"transact of {key!r} on {workflow!r}"
+        guard = {"workflow": workflow, "token": holder.token, "key": key}
+        prepare = self._db.prepare
+
+        async def fetch(conn: AsyncConnection[TupleRow], query: bytes, params: Params) -> Any:
+            cursor = await conn.execute(query, params, prepare=prepare)
+            return await cursor.fetchone()
+
+        async def refusal(conn: AsyncConnection[TupleRow]) -> Fenced:
+            # On this connection: borrowing a second one while holding this could wait on
+            # a pool with nothing left to lend.
+            row = await fetch(conn, self._sql.fence, {"workflow": workflow})
+            return _fenced(holder, f"transact of {key!r}", row)
+
+        async def work(conn: AsyncConnection[TupleRow]) -> Recorded:
+            try:
+                async with conn.transaction():
+                    return await attempt(conn)
+            except _NotTheRecord as refused:
+                return refused.recorded
+
+        async def attempt(conn: AsyncConnection[TupleRow]) -> Recorded:
+            token, stored = await fetch(conn, self._sql.transact_check, guard)
+            if token != holder.token:
+                raise await refusal(conn)
+            if stored is not None:
+                return Recorded(self._decode(workflow, key, stored), False)
+            result = await _perform(effect, conn, workflow, key)
+            encoded = self._encode(workflow, key, result)
+            try:
+                row = await fetch(conn, self._sql.transact_record, {**guard, "value": encoded})
+            except (UnicodeEncodeError, psycopg.DataError) as error:
+                raise Subject(workflow, key, result, encoded).refusal(error) from error
+            if row is None:
+                # Fenced, or supplied from outside while the effect ran: either way the
+                # effect's result is not the record, so nothing of this transaction may
+                # commit. Read which it was first, in this same transaction.
+                token, stored = await fetch(conn, self._sql.transact_check, guard)
+                if token != holder.token:
+                    raise await refusal(conn)
+                raise _NotTheRecord(Recorded(self._decode(workflow, key, stored), False))
+            return Recorded(self._decode(workflow, key, encoded), True)
+
+        return await self._db.run(doing, work, repeatable=False)
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        encoded = self._encode(workflow, key, value)
+        row = await self._db.one(
+            f"supply of {key!r} on {workflow!r}",
+            self._sql.supply,
+            {"workflow": workflow, "key": key, "value": encoded},
+            repeatable=True,
+            subject=Subject(workflow, key, value, encoded),
+        )
+        assert row is not None
+        return self._decode(workflow, key, row[0])
+
+    async def append(self, workflow: str, value: object) -> str:
+        check_workflow(workflow)
+        encoded = self._encode(workflow, _INBOX, value)
+        # Not repeatable: a retry of an append that did land would add a second entry.
+        row = await self._db.one(
+            f"append to {workflow!r}",
+            self._sql.append,
+            {"workflow": workflow, "value": encoded},
+            repeatable=False,
+            subject=Subject(workflow, _INBOX, value, encoded),
+        )
+        assert row is not None
+        key: str = row[0]
+        return key
+
+    async def discard(self, workflow: str) -> None:
+        check_workflow(workflow)
+        await self._db.transaction(
+            f"discard of {workflow!r}", self._discarding(workflow), repeatable=True
+        )
+
+    def _discarding(self, workflow: str) -> list[tuple[bytes, dict[str, object]]]:
+        """The statements of a discard, in order: the fence first (see ``raise_fence``)."""
+        params: dict[str, object] = {"workflow": workflow}
+        return [(self._sql.raise_fence, params), (self._sql.forget, params)]
+
+
+class _NotTheRecord(Exception):
+    """Rolls a transact back (its effect included) while answering with the stored value."""
+
+    def __init__(self, recorded: Recorded) -> None:
+        super().__init__(recorded)
+        self.recorded = recorded
+
+
+def _holding(holder: Pass) -> dict[str, object]:
+    return {"workflow": holder.workflow, "token": holder.token}
+
+
+async def _perform(
+    effect: PostgresEffect, conn: AsyncConnection[TupleRow], workflow: str, key: str
+) -> object:
+    """Run the caller's effect on ``conn``, its failures marked as the caller's own."""
+    try:
+        async with conn.cursor() as cursor:
+            pending = effect(cursor)
+            if not inspect.isawaitable(pending):
+                raise TypeError(
+                    f"workflow {workflow!r}, key {key!r}: the effect returned {pending!r}, not "
+                    "an awaitable; PostgresCheckpointer.transact takes an async function of a "
+                    "cursor"
+                )
+            result = await pending
+    except Exception as error:
+        raise EffectFailed(error) from error
+    _check_left_open(conn, workflow, key)
+    return result
+
+
+def _check_left_open(conn: AsyncConnection[TupleRow], workflow: str, key: str) -> None:
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INERROR:
+        raise StoreError(
+            f"workflow {workflow!r}, key {key!r}: the effect left its transaction aborted (it "
+            "caught a database error without rolling back); nothing was committed. To recover "
+            "from an error inside an effect, wrap the statement in "
+            "`async with cursor.connection.transaction():`, which is a savepoint there"
+        )
+    if status != TransactionStatus.INTRANS:
+        raise StoreError(
+            f"workflow {workflow!r}, key {key!r}: the effect ended the transaction it was "
+            "handed (a COMMIT or ROLLBACK of its own), so its writes could not be committed with "
+            "the record; leave the transaction to transact"
+        )
+
+
+def _fenced(holder: Pass, doing: str, row: tuple[Any, ...] | None) -> Fenced:
+    if row is None:
+        return Fenced(
+            f"{holder} was never issued (the workflow has no claim); {doing} refused, "
+            "stop this pass"
+        )
+    token, _released, spent = row
+    if token != holder.token:
+        return Fenced(
+            f"{holder} was superseded (the highest token issued is {token}); {doing} refused, "
+            "stop this pass"
+        )
+    if spent:
+        return Fenced(f"{holder} has spent its budget; {doing} refused, stop this pass")
+    return Fenced(f"{holder} was refused; {doing} refused, stop this pass")

@@ -1,0 +1,114 @@
+"""A Postgres checkpointer and scheduler on one pool, each move across them one transaction."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from durable.boundary import check_key, check_workflow
+from durable.codec import CheckpointCodec
+from psycopg_pool import AsyncConnectionPool
+
+from durable_postgres.checkpointer import _INBOX, PostgresCheckpointer
+from durable_postgres.connections import Subject
+from durable_postgres.scheduler import PostgresScheduler
+from durable_postgres.statements import DEFAULT_SCHEMA
+
+__all__ = ["PostgresDurable"]
+
+
+class PostgresDurable:
+    """:class:`~durable.interfaces.Durable` whose ``arrive``, ``send`` and ``discard`` are each
+    one transaction, sent as one pipeline: one round trip and one commit per move.
+
+    Atomic only because both stores borrow from one pool, which is why construction refuses
+    two that do not (the check is made here rather than documented). On a sharded deployment
+    (Citus) sharing a pool is the necessary half and not the sufficient one: the three tables
+    must also be distributed by workflow id and co-located, or each move becomes a distributed
+    transaction (see ``docs/stores/postgres.md``).
+    """
+
+    atomic = True
+
+    def __init__(self, checkpointer: PostgresCheckpointer, scheduler: PostgresScheduler) -> None:
+        if checkpointer.pool is not scheduler.pool:
+            raise ValueError(
+                f"PostgresDurable needs its checkpointer and scheduler on one pool, so that "
+                f"each move is one transaction; got {checkpointer!r} on {checkpointer.pool!r} "
+                f"and {scheduler!r} on {scheduler.pool!r}. Build both on the same pool, or use "
+                "durable.durable.SplitDurable for two stores that cannot share one"
+            )
+        self._checkpointer = checkpointer
+        self._scheduler = scheduler
+
+    @classmethod
+    def on(
+        cls,
+        pool: AsyncConnectionPool[Any],
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        codec: CheckpointCodec[str] | None = None,
+        lease: timedelta = timedelta(seconds=30),
+        poll: timedelta = timedelta(milliseconds=50),
+        prepare: bool = True,
+    ) -> PostgresDurable:
+        """Both stores on ``pool``, in ``schema``. The tables must exist (:func:`migrate`)."""
+        return cls(
+            PostgresCheckpointer(pool, schema=schema, codec=codec, prepare=prepare),
+            PostgresScheduler(pool, schema=schema, lease=lease, poll=poll, prepare=prepare),
+        )
+
+    def __repr__(self) -> str:
+        return f"PostgresDurable({self._checkpointer!r}, {self._scheduler!r})"
+
+    @property
+    def checkpointer(self) -> PostgresCheckpointer:
+        return self._checkpointer
+
+    @property
+    def scheduler(self) -> PostgresScheduler:
+        return self._scheduler
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        return self._checkpointer.pool
+
+    async def arrive(self, workflow: str, key: str, value: object) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        cp = self._checkpointer
+        encoded = cp._encode(workflow, key, value)
+        params = {"workflow": workflow, "key": key, "value": encoded}
+        stored, _ = await cp._db.transaction(
+            f"arrive of {key!r} on {workflow!r}",
+            [(cp._sql.supply, params), (self._scheduler._sql.make_ready, params)],
+            repeatable=True,
+            subject=Subject(workflow, key, value, encoded),
+        )
+        assert stored is not None
+        return cp._decode(workflow, key, stored[0])
+
+    async def send(self, workflow: str, value: object) -> str:
+        check_workflow(workflow)
+        cp = self._checkpointer
+        encoded = cp._encode(workflow, _INBOX, value)
+        params = {"workflow": workflow, "value": encoded}
+        # Not repeatable, like append: a retry of a send that landed would add a second entry.
+        appended, _ = await cp._db.transaction(
+            f"send to {workflow!r}",
+            [(cp._sql.append, params), (self._scheduler._sql.make_ready, params)],
+            repeatable=False,
+            subject=Subject(workflow, _INBOX, value, encoded),
+        )
+        assert appended is not None
+        key: str = appended[0]
+        return key
+
+    async def discard(self, workflow: str) -> None:
+        check_workflow(workflow)
+        cp = self._checkpointer
+        await cp._db.transaction(
+            f"discard of {workflow!r}",
+            [*cp._discarding(workflow), (self._scheduler._sql.cancel, {"workflow": workflow})],
+            repeatable=True,
+        )

@@ -1,0 +1,82 @@
+-- The durable tables, created by migrate() inside one transaction that holds an advisory lock,
+-- so that many workers starting at once create them once. Every statement is idempotent, so a
+-- second run changes nothing.
+--
+-- The schema name arrives as a quoted identifier in place of the schema placeholder; the
+-- placeholders are filled by psycopg.sql, never by string formatting. Keep curly braces out
+-- of these comments: psycopg.sql would read them as placeholders.
+
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- One row per schema version applied. migrate() reads it before touching anything else, so an
+-- already-migrated database costs one lookup and no DDL (which would need CREATE privileges).
+CREATE TABLE IF NOT EXISTS {schema}.workflow_schema_version (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- The order of a workflow's records. A heap scan looks like insertion order right up until
+-- the no-op conflict update of a losing write rewrites a tuple and moves it, so the order is
+-- a number instead. It is one sequence shared by every workflow: the numbers need only
+-- increase within a workflow, gaps are harmless, and nextval is atomic across connections
+-- where a maximum read inside the insert is a race two callers can both win.
+CREATE SEQUENCE IF NOT EXISTS {schema}.workflow_checkpoint_seq AS bigint;
+
+-- What each workflow has done. value holds the codec's text exactly as it was encoded: TEXT
+-- rather than jsonb, because jsonb reorders keys and drops whitespace, and first-writer-wins
+-- decides who won by comparing the stored encoding with the one a write carried.
+--
+-- seq takes the sequence as a DEFAULT rather than being an identity column, because append
+-- draws one nextval and writes it as both the inbox key and the seq (so the key order and the
+-- load order are one order), and an identity is a number no statement may supply.
+--
+-- at is the server's clock at the winning write: losing writes never touch it.
+CREATE TABLE IF NOT EXISTS {schema}.workflow_checkpoint (
+    workflow text        NOT NULL,
+    key      text        NOT NULL,
+    value    text        NOT NULL,
+    at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    seq      bigint      NOT NULL DEFAULT nextval({checkpoint_seq}::regclass),
+    PRIMARY KEY (workflow, key)
+);
+
+ALTER SEQUENCE {schema}.workflow_checkpoint_seq OWNED BY {schema}.workflow_checkpoint.seq;
+
+-- load and history read one workflow in seq order.
+CREATE INDEX IF NOT EXISTS workflow_checkpoint_order ON {schema}.workflow_checkpoint (workflow, seq);
+
+-- Who may write to each workflow. The row is never deleted: tokens must increase forever,
+-- across release, expiry and discard, so releasing or discarding raises token and clears the
+-- deadlines instead of removing the row.
+--
+-- Two deadlines, because one was answering two questions: live_until is how soon a dead
+-- holder is noticed (renew pushes it forward by liveness) and budget_until is how long the
+-- pass may take at all (renew never lifts it). claimed_at is the moment of the claim, kept
+-- so that the claim's upsert can compare the old deadlines with the one clock reading its
+-- new row carries.
+CREATE TABLE IF NOT EXISTS {schema}.workflow_claim (
+    workflow     text        PRIMARY KEY,
+    token        bigint      NOT NULL,
+    claimed_at   timestamptz,
+    live_until   timestamptz,
+    budget_until timestamptz,
+    liveness     interval
+);
+
+-- Receipts tell one handing-out of a workflow from the next, across every workflow.
+CREATE SEQUENCE IF NOT EXISTS {schema}.workflow_queue_receipt AS bigint;
+
+-- When each workflow may run: one visibility-scored row per workflow. A row is runnable once
+-- visible_at has passed. Taking it pushes visible_at out by the lease and stamps a fresh
+-- receipt, so a taker that dies simply lets the row become visible again (the score is the
+-- timer). make_ready clears the receipt, so an answer for an older delivery matches nothing
+-- and cannot undo it; cancel deletes the row, so an answer for a cancelled delivery has
+-- nothing to reinstate.
+CREATE TABLE IF NOT EXISTS {schema}.workflow_queue (
+    workflow   text        PRIMARY KEY,
+    visible_at timestamptz NOT NULL,
+    receipt    bigint
+);
+
+-- next_ready takes the row that became visible first.
+CREATE INDEX IF NOT EXISTS workflow_queue_visible ON {schema}.workflow_queue (visible_at);

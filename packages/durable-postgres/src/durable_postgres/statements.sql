@@ -1,0 +1,222 @@
+-- Every statement the stores send, one per "-- name:" section. Each guarantee is one statement,
+-- or one transaction of statements sent together, never a read followed by a write in a second
+-- round trip: the gap between the two is where a guarantee leaks.
+--
+-- Times are the server's: clock_timestamp() is the moment the statement reads it, which is the
+-- clock every lease is measured by and every record is stamped with, whichever machine wrote.
+--
+-- The schema arrives as a quoted identifier and the inbox prefix as a literal, both filled in
+-- by psycopg.sql; values arrive as named parameters. Keep curly braces out of these comments.
+
+-- name: load
+SELECT key, value
+FROM {schema}.workflow_checkpoint
+WHERE workflow = %(workflow)s
+ORDER BY seq;
+
+-- name: history
+SELECT key, value, at
+FROM {schema}.workflow_checkpoint
+WHERE workflow = %(workflow)s
+ORDER BY seq;
+
+-- name: workflows
+-- LIMIT NULL is no limit, so one statement serves both.
+SELECT DISTINCT workflow
+FROM {schema}.workflow_checkpoint
+ORDER BY workflow
+LIMIT %(limit)s;
+
+-- name: claimed
+-- For operators: the live claim, if any, by the same test of the deadlines that claim uses.
+SELECT token, live_until, budget_until
+FROM {schema}.workflow_claim
+WHERE workflow = %(workflow)s
+  AND live_until > clock_timestamp()
+  AND budget_until > clock_timestamp();
+
+-- name: claim
+-- Checking that the workflow is free and taking it are one upsert: the DO UPDATE runs only when
+-- its WHERE finds the old claim released or past a deadline, so two claimants racing on one row
+-- serialise on its lock and the second sees the first's deadlines and returns no row. The clock
+-- is read once, into claimed_at, so the new deadlines and the test of the old ones agree.
+INSERT INTO {schema}.workflow_claim AS held
+    (workflow, token, claimed_at, live_until, budget_until, liveness)
+SELECT %(workflow)s, 1, now.t, least(now.t + %(liveness)s, now.t + %(budget)s),
+       now.t + %(budget)s, %(liveness)s
+FROM (SELECT clock_timestamp() AS t) AS now
+ON CONFLICT (workflow) DO UPDATE SET
+    token = held.token + 1,
+    claimed_at = EXCLUDED.claimed_at,
+    live_until = EXCLUDED.live_until,
+    budget_until = EXCLUDED.budget_until,
+    liveness = EXCLUDED.liveness
+WHERE held.live_until IS NULL
+   OR held.live_until <= EXCLUDED.claimed_at
+   OR held.budget_until <= EXCLUDED.claimed_at
+RETURNING token;
+
+-- name: renew
+-- No row back means the holder was superseded, released, or has spent its budget.
+UPDATE {schema}.workflow_claim
+SET live_until = least(clock_timestamp() + liveness, budget_until)
+WHERE workflow = %(workflow)s
+  AND token = %(token)s
+  AND budget_until > clock_timestamp()
+RETURNING token;
+
+-- name: release
+-- Raising the token, rather than only clearing the deadlines, is what refuses the released
+-- pass's own later writes. A stale holder's token matches nothing, so it frees nothing.
+UPDATE {schema}.workflow_claim
+SET token = token + 1, claimed_at = NULL, live_until = NULL, budget_until = NULL, liveness = NULL
+WHERE workflow = %(workflow)s AND token = %(token)s;
+
+-- name: fence
+-- Why a write was refused: read only after a guarded statement returned no row, to word the
+-- error. The refusal itself was decided inside that statement.
+SELECT token, live_until IS NULL AS released, budget_until <= clock_timestamp() AS spent
+FROM {schema}.workflow_claim
+WHERE workflow = %(workflow)s;
+
+-- name: record
+-- The fence check and the insert are one statement. FOR SHARE holds the claim row until this
+-- statement commits, so a newer claim (which updates that row) waits for the record to land,
+-- and a record that waited for a newer claim re-reads the row and finds the token moved.
+-- Either way a pass that claims after a record has returned sees it.
+--
+-- The DO UPDATE changes nothing (key is set to itself), and exists so that RETURNING hands back
+-- the row already there: first-writer-wins and "who won" in one round trip. It touches neither
+-- seq nor at, so a losing write moves the record neither in order nor in time.
+WITH fence AS (
+    SELECT workflow
+    FROM {schema}.workflow_claim
+    WHERE workflow = %(workflow)s AND token = %(token)s
+    FOR SHARE
+)
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value)
+SELECT workflow, %(key)s, %(value)s FROM fence
+ON CONFLICT (workflow, key) DO UPDATE SET key = EXCLUDED.key
+RETURNING value;
+
+-- name: supply
+-- First-writer-wins from outside a pass: no fence, so a running pass never blocks it.
+INSERT INTO {schema}.workflow_checkpoint AS held (workflow, key, value)
+VALUES (%(workflow)s, %(key)s, %(value)s)
+ON CONFLICT (workflow, key) DO UPDATE SET key = EXCLUDED.key
+RETURNING value;
+
+-- name: append
+-- One nextval, written as both the inbox key and the seq, so the key's order and load's order
+-- are one order. The key pads the number to 20 digits, as durable.interfaces.inbox_key does.
+WITH drawn AS (
+    SELECT nextval({checkpoint_seq}::regclass) AS seq
+)
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value, seq)
+SELECT %(workflow)s, {inbox_prefix} || lpad(drawn.seq::text, 20, '0'), %(value)s, drawn.seq
+FROM drawn
+RETURNING key;
+
+-- name: raise_fence
+-- The first statement of a discard: it takes the claim row's lock before the records are
+-- deleted, so a record in flight either landed before it (and the delete, reading afterwards,
+-- removes it) or waits for it and finds the token moved. The claim row stays, with a higher
+-- token and no deadlines, so the id is claimable at once and outranks every pass before it.
+INSERT INTO {schema}.workflow_claim AS held (workflow, token)
+VALUES (%(workflow)s, 1)
+ON CONFLICT (workflow) DO UPDATE SET
+    token = held.token + 1, claimed_at = NULL, live_until = NULL, budget_until = NULL,
+    liveness = NULL;
+
+-- name: forget
+-- The second statement of a discard, in the same transaction; under READ COMMITTED it reads
+-- afresh, after raise_fence took the claim row, so nothing a fenced pass wrote survives it.
+DELETE FROM {schema}.workflow_checkpoint WHERE workflow = %(workflow)s;
+
+-- name: transact_check
+-- The first statement of a transact, inside its transaction: the current token and whatever the
+-- key holds. It decides whether the effect runs at all; it takes no lock, so an effect that
+-- stalls never stops a newer pass from claiming. transact_record decides the rest.
+SELECT (SELECT token FROM {schema}.workflow_claim WHERE workflow = %(workflow)s),
+       (SELECT value FROM {schema}.workflow_checkpoint
+        WHERE workflow = %(workflow)s AND key = %(key)s);
+
+-- name: transact_record
+-- The last statement of a transact, after the effect. The same fence as record, but DO NOTHING
+-- on a conflict: a value supplied from outside while the effect ran means the effect's result
+-- is not the record, so no row comes back and the whole transaction, effect included, is
+-- rolled back.
+WITH fence AS (
+    SELECT workflow
+    FROM {schema}.workflow_claim
+    WHERE workflow = %(workflow)s AND token = %(token)s
+    FOR SHARE
+)
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value)
+SELECT workflow, %(key)s, %(value)s FROM fence
+ON CONFLICT (workflow, key) DO NOTHING
+RETURNING value;
+
+-- name: make_ready
+-- Runnable now. Clearing the receipt is what keeps the delivery that is out (if any) from
+-- undoing this wakeup when it answers. least() keeps a row that was already waiting in its
+-- place, so a burst of wakeups never pushes a workflow behind those that arrived after it.
+INSERT INTO {schema}.workflow_queue AS queued (workflow, visible_at, receipt)
+VALUES (%(workflow)s, clock_timestamp(), NULL)
+ON CONFLICT (workflow) DO UPDATE SET
+    visible_at = least(queued.visible_at, EXCLUDED.visible_at),
+    receipt = NULL;
+
+-- name: take
+-- Choosing the earliest visible row and hiding it for the lease is one statement. SKIP LOCKED
+-- lets concurrent takers pass over a row another is taking instead of queueing behind it; the
+-- lease and the receipt are written into the row taken.
+WITH next AS (
+    SELECT workflow
+    FROM {schema}.workflow_queue
+    WHERE visible_at <= clock_timestamp()
+    ORDER BY visible_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.workflow_queue AS queued
+SET visible_at = clock_timestamp() + %(lease)s,
+    receipt = nextval({queue_receipt}::regclass)
+FROM next
+WHERE queued.workflow = next.workflow
+RETURNING queued.workflow, queued.receipt;
+
+-- name: wake_at
+-- Answers for the delivery and schedules it in one statement. A make_ready since the delivery
+-- was taken cleared the receipt, and a cancel deleted the row: either way nothing matches.
+UPDATE {schema}.workflow_queue
+SET visible_at = %(when)s, receipt = NULL
+WHERE workflow = %(workflow)s AND receipt = %(receipt)s;
+
+-- name: done
+DELETE FROM {schema}.workflow_queue
+WHERE workflow = %(workflow)s AND receipt = %(receipt)s;
+
+-- name: cancel
+DELETE FROM {schema}.workflow_queue WHERE workflow = %(workflow)s;
+
+-- name: scheduled
+SELECT visible_at FROM {schema}.workflow_queue WHERE workflow = %(workflow)s;
+
+-- name: migrate_lock
+-- Held until migrate's transaction ends, so that of many workers starting at once one creates
+-- the schema and the rest find it made. Keyed by the schema name, so deployments in other
+-- schemas of the same database do not wait for each other; the first number is this
+-- library's own namespace of advisory locks ("dura").
+SELECT pg_advisory_xact_lock(1685418593, hashtext({schema_name}));
+
+-- name: migrate_present
+-- Whether the version table exists yet: to_regclass answers NULL rather than failing.
+SELECT to_regclass({version_table}) IS NOT NULL;
+
+-- name: migrate_applied
+SELECT max(version) FROM {schema}.workflow_schema_version;
+
+-- name: migrate_mark
+INSERT INTO {schema}.workflow_schema_version (version) VALUES (%(version)s)
+ON CONFLICT (version) DO NOTHING;

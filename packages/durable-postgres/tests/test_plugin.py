@@ -1,0 +1,107 @@
+"""The plugin as the core and the conformance suite find it, and its testing hook."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import durable
+import psycopg
+import pytest
+from durable.interfaces import Checkpointer, Durable, Enumerable, Inspectable, Observable, Scheduler
+from durable.plugins import store
+from durable_postgres import PostgresDurable, PostgresEffect
+from durable_postgres import testing as postgres_testing
+from durable_postgres.plugin import PostgresOptions, redact
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_the_plugin_is_found_by_name_and_both_schemes() -> None:
+    plugin = store("postgres")
+    assert plugin.schemes == ("postgresql", "postgres")
+    assert durable.plugins.for_url("postgres://h/db") is plugin
+    assert durable.plugins.for_url("postgresql://h/db") is plugin
+    assert plugin.capabilities == {"transact", "atomic-arrive", "enumerate"}
+    assert plugin.distribution == "durable-postgres"
+    assert plugin.version is not None
+    assert plugin.testing is postgres_testing.testbed
+
+
+def test_urls_are_redacted_for_logs_and_headers() -> None:
+    assert redact("postgresql://u:pw@h:5/db?schema=x") == "postgresql://u:***@h:5/db?schema=x"
+    assert redact("postgresql://u@h/db?password=pw&x=1") == "postgresql://u@h/db?password=***&x=1"
+    assert redact("postgresql://h/db") == "postgresql://h/db"
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+async def test_durable_open_gives_a_ready_atomic_store_in_the_schema_named(
+    server: str, scheme: str
+) -> None:
+    conninfo, _ = PostgresOptions.read(server, {})
+    schema = f"durable_open_{scheme}"
+    url = scheme + conninfo[conninfo.index("://") :]
+    url += ("&" if "?" in url else "?") + f"schema={schema}&max_size=3&lease=7"
+    try:
+        async with durable.open(url) as opened:
+            assert isinstance(opened, PostgresDurable)
+            assert opened.atomic is True
+            assert opened.checkpointer.schema == schema
+            assert opened.scheduler.lease == timedelta(seconds=7)
+            assert opened.pool.max_size == 3
+            assert isinstance(opened, Durable)
+            assert isinstance(opened.checkpointer, Checkpointer)
+            assert isinstance(opened.scheduler, Scheduler)
+            assert isinstance(opened.checkpointer, Enumerable)
+            assert isinstance(opened.checkpointer, Inspectable)
+            assert isinstance(opened.scheduler, Observable)
+            await opened.arrive("wf", "k", 1)
+            assert await opened.checkpointer.load("wf") == {"k": 1}
+    finally:
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+
+
+async def test_each_testbed_has_its_own_schema_dropped_afterwards(server: str) -> None:
+    async with (
+        postgres_testing.testbed(server) as one,
+        postgres_testing.testbed(server) as two,
+    ):
+        schemas = {one.extras["schema"], two.extras["schema"]}
+        assert len(schemas) == 2
+        assert one.url is not None
+        assert f"schema={one.extras['schema']}" in one.url
+        assert one.server is not None
+        assert "PostgreSQL" in one.server
+        await one.durable.checkpointer.supply("wf", "k", "one")
+        assert await two.durable.checkpointer.load("wf") == {}
+        assert one.reopen is not None
+        async with one.reopen() as again:
+            assert isinstance(again, PostgresDurable)
+            assert isinstance(one.durable, PostgresDurable)
+            assert again.pool is not one.durable.pool
+            assert await again.checkpointer.load("wf") == {"k": "one"}
+    conninfo, _ = PostgresOptions.read(server, {})
+    async with await psycopg.AsyncConnection.connect(conninfo) as conn:
+        cursor = await conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = ANY(%s)", (list(schemas),)
+        )
+        assert await cursor.fetchone() == (0,)
+
+
+async def test_the_probe_moves_counters_in_the_testbeds_schema(server: str) -> None:
+    async with postgres_testing.testbed(server) as bed:
+        probe = bed.probe
+        assert probe is not None
+        cp = bed.durable.checkpointer
+        holder = await cp.claim("wf", liveness=timedelta(minutes=1), budget=timedelta(minutes=1))
+        assert holder is not None
+        effect: PostgresEffect = probe.bump("wf", "c")
+        assert (await cp.transact(holder, "once", effect)).value == 1
+        assert (await cp.transact(holder, "twice", probe.bump("wf", "c"))).value == 2
+        assert await probe.count("wf", "c") == 2
+        assert await probe.count("wf", "never") == 0
+
+
+async def test_the_testing_hook_passes_options_through(server: str) -> None:
+    async with postgres_testing.testbed(server, lease=3) as bed:
+        assert bed.durable.scheduler.lease == timedelta(seconds=3)
