@@ -198,6 +198,13 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
                         "budget_until": claim.budget_until.isoformat(),
                     },
                     "scheduled": None if scheduled is None else scheduled.isoformat(),
+                    # null above means "free" or "not scheduled" only where the store can
+                    # say so; a reader must not take a store's silence for an answer.
+                    "unreported": [
+                        name
+                        for name, known in (("claim", inspectable), ("scheduled", observable))
+                        if not known
+                    ],
                 },
                 indent=2,
             )
