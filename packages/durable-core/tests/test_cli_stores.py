@@ -1,0 +1,445 @@
+"""The ``durable`` command end to end, as an operator runs it, against every real store.
+
+Each command runs in a subprocess of this interpreter (``python -m durable.cli``), against a
+store of its own: an SQLite file in a temporary directory, a Postgres schema of its own
+(``?schema=``) and a Redis key prefix of its own (``?prefix=``), each removed afterwards.
+A server that does not answer is skipped with the reason; nothing here is mocked.
+
+The worker runs bodies from ``cli_bodies.py`` beside this file, which it imports by name
+through ``PYTHONPATH``, as it would an application's module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import durable
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PATIENCE = 60.0
+"""Seconds a test waits for a subprocess before it fails rather than hangs (never asserted)."""
+
+POSTGRES_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_DEFAULT = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class Store:
+    """One store a test may use: its plugin's name and a URL only this test writes under."""
+
+    name: str
+    url: str
+
+
+def with_query(url: str, **options: str) -> str:
+    parts = urlsplit(url)
+    query = [*parse_qsl(parts.query, keep_blank_values=True), *options.items()]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def postgres_store() -> Iterator[Store]:
+    psycopg = pytest.importorskip("psycopg")
+    base = os.environ.get("DURABLE_POSTGRES_URL", POSTGRES_DEFAULT)
+    try:
+        connection = psycopg.connect(base, connect_timeout=5, autocommit=True)
+    except psycopg.Error as error:
+        pytest.skip(f"no Postgres answers at {base} ({error}); set DURABLE_POSTGRES_URL")
+    schema = f"durable_cli_{uuid.uuid4().hex[:12]}"
+    try:
+        yield Store("postgres", with_query(base, schema=schema))
+    finally:
+        connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        connection.close()
+
+
+def redis_store() -> Iterator[Store]:
+    redis = pytest.importorskip("redis")
+    base = os.environ.get("DURABLE_REDIS_URL", REDIS_DEFAULT)
+    if "+cluster" in urlsplit(base).scheme:
+        pytest.skip(f"these tests open one Redis node; {base} names a cluster")
+    client = redis.Redis.from_url(base, socket_connect_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        client.close()
+        pytest.skip(f"no Redis answers at {base} ({error}); set DURABLE_REDIS_URL")
+    prefix = f"durable-cli-{uuid.uuid4().hex[:12]}"
+    try:
+        yield Store("redis", with_query(base, prefix=prefix))
+    finally:
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+        client.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        yield Store("sqlite", f"sqlite:///{tmp_path / 'store.db'}")
+    elif request.param == "postgres":
+        yield from postgres_store()
+    else:
+        yield from redis_store()
+
+
+class Cli:
+    """The ``durable`` command as a user types it, each call a new process.
+
+    Subprocesses keep compiled bytecode under a cache of this session's own, so each one
+    does not recompile its imports from source (the test environment writes no ``.pyc``
+    beside the sources); installed packages have theirs, so this is how users run it.
+    """
+
+    def __init__(self, bytecode: Path) -> None:
+        self.environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        self.environment["PYTHONPYCACHEPREFIX"] = str(bytecode)
+        self.environment["PYTHONPATH"] = os.pathsep.join(
+            [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Exit code and output; stdin is empty and not a terminal."""
+        return subprocess.run(
+            [sys.executable, "-m", "durable.cli", *args],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=self.environment,
+            timeout=PATIENCE,
+            check=False,
+        )
+
+    def ok(self, *args: str) -> str:
+        done = self.run(*args)
+        assert done.returncode == 0, (
+            f"durable {' '.join(args)} exited {done.returncode}: {done.stderr}"
+        )
+        return done.stdout
+
+    def show(self, store: Store, workflow: str) -> dict[str, Any]:
+        shown: dict[str, Any] = json.loads(self.ok("show", store.url, workflow, "--json"))
+        return shown
+
+    def worker(self, store: Store, body: str, *options: str) -> Worker:
+        return Worker(
+            [sys.executable, "-m", "durable.cli", "worker", body, "--store", store.url, *options],
+            self.environment,
+        )
+
+
+class Worker:
+    """``durable worker`` in a subprocess, with its log read as it is written."""
+
+    def __init__(self, command: list[str], environment: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
+        self.log: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for(self, text: str) -> str:
+        """The first log line containing ``text``; fails if the worker ends first."""
+        seen = next((line for line in self.log if text in line), None)
+        deadline = time.monotonic() + PATIENCE
+        while seen is None and (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.log.append(line)
+            if text in line:
+                seen = line
+        if seen is not None:
+            return seen
+        raise AssertionError(f"the worker never logged {text!r}; its log:\n{''.join(self.log)}")
+
+    def stop(self) -> int:
+        """SIGTERM, as a process supervisor stops a service; the exit code."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=PATIENCE)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        self.wait_for("worker: stopped")
+        return code
+
+
+@pytest.fixture(scope="session")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    return Cli(tmp_path_factory.mktemp("bytecode"))
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    """Workers a test started; any still running at the end are killed."""
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+
+
+KNOWN_GAPS = {
+    ("redis", "scheduled"): (
+        "RedisStreamScheduler.scheduled() answers only for a sleeping workflow, so one made "
+        "ready reads as not scheduled (Observable: 'possibly already')"
+    ),
+}
+"""Where a store does not yet meet what the command relies on: reported, not hidden. Each
+entry is an expected failure that turns into an XPASS in the summary once it is fixed."""
+
+
+def known_gap(request: pytest.FixtureRequest, store: Store, what: str) -> None:
+    reason = KNOWN_GAPS.get((store.name, what))
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+
+
+def at(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    assert moment.tzinfo is not None, f"store time {text!r} carries no timezone"
+    return moment
+
+
+# --- supplying values and messages -----------------------------------------------------
+
+
+def test_send_prints_the_inbox_key_and_arrive_prints_what_the_key_holds(
+    cli: Cli, store: Store
+) -> None:
+    key = cli.ok("send", store.url, "wf-1", '{"name": "ana"}').strip()
+    first = cli.ok("arrive", store.url, "wf-1", "approval", '{"by": "ana"}')
+    second = cli.ok("arrive", store.url, "wf-1", "approval", '{"by": "bo"}')
+
+    assert key.startswith(durable.INBOX_PREFIX)
+    assert json.loads(first) == {"by": "ana"}
+    assert json.loads(second) == {"by": "ana"}, "the first writer wins"
+
+
+# --- show: the timeline, the claim and the schedule -------------------------------------
+
+
+async def test_show_is_the_timeline_in_write_order_with_store_times(cli: Cli, store: Store) -> None:
+    async with durable.open(store.url) as opened:
+        first = await opened.send("wf-1", "first")
+        await opened.arrive("wf-1", "approval", True)
+        second = await opened.send("wf-1", {"n": 2})
+
+    shown = cli.show(store, "wf-1")
+    lines = cli.ok("show", store.url, "wf-1").splitlines()
+
+    assert shown["workflow"] == "wf-1"
+    assert [(r["key"], r["value"]) for r in shown["records"]] == [
+        (first, "first"),
+        ("approval", True),
+        (second, {"n": 2}),
+    ]
+    times = [at(r["at"]) for r in shown["records"]]
+    assert times == sorted(times)
+    assert lines[0] == "workflow wf-1"
+    assert [line.split(maxsplit=2)[1:] for line in lines[1:4]] == [
+        [first, '"first"'],
+        ["approval", "true"],
+        [second, '{"n": 2}'],
+    ]
+    for line in lines[1:4]:
+        at(line.split()[0])
+    if "claim" in shown["unreported"]:
+        assert lines[4] == "claim: this store cannot report claims"
+    else:
+        assert shown["claim"] is None
+        assert lines[4] == "claim: free"
+    assert lines[5].startswith("scheduled: ")
+
+
+async def test_show_reports_a_workflow_made_ready_as_scheduled(
+    cli: Cli, store: Store, request: pytest.FixtureRequest
+) -> None:
+    known_gap(request, store, "scheduled")
+    async with durable.open(store.url) as opened:
+        await opened.send("wf-1", "go")
+
+    shown = cli.show(store, "wf-1")
+    text = cli.ok("show", store.url, "wf-1")
+
+    if "scheduled" in shown["unreported"]:
+        assert "scheduled: this store cannot report its schedule" in text
+        pytest.xfail(f"the {store.name} scheduler has no scheduled() (Observable)")
+    assert shown["scheduled"] is not None, "a workflow just sent to is runnable"
+    assert f"scheduled: {at(shown['scheduled']).isoformat(timespec='seconds')}" in text
+
+
+async def test_show_reports_a_live_claim_with_its_token_and_deadlines(
+    cli: Cli, store: Store
+) -> None:
+    async with durable.open(store.url) as opened:
+        await opened.arrive("wf-1", "approval", True)
+        holder = await opened.checkpointer.claim(
+            "wf-1", liveness=timedelta(minutes=5), budget=timedelta(minutes=10)
+        )
+        assert holder is not None
+        try:
+            shown = cli.show(store, "wf-1")
+            text = cli.ok("show", store.url, "wf-1")
+        finally:
+            await opened.checkpointer.release(holder)
+
+    if "claim" in shown["unreported"]:
+        assert "claim: this store cannot report claims" in text
+        pytest.xfail(f"the {store.name} checkpointer has no claimed() (Inspectable)")
+    assert shown["claim"]["token"] == holder.token
+    assert at(shown["claim"]["live_until"]) <= at(shown["claim"]["budget_until"])
+    assert f"claim: held by pass {holder.token} until " in text
+
+
+# --- listing and discarding ------------------------------------------------------------
+
+
+async def test_list_names_each_workflow_once_in_order_and_honours_the_limit(
+    cli: Cli, store: Store
+) -> None:
+    async with durable.open(store.url) as opened:
+        for workflow in ("wf-b", "wf-a", "wf-c"):
+            await opened.send(workflow, "hi")
+        await opened.arrive("wf-a", "approval", True)
+
+    assert cli.ok("list", store.url).split() == ["wf-a", "wf-b", "wf-c"]
+    assert cli.ok("list", store.url, "--limit", "2").split() == ["wf-a", "wf-b"]
+
+
+async def test_discard_asks_for_yes_then_forgets_the_workflow_and_cancels_its_runs(
+    cli: Cli,
+    store: Store,
+) -> None:
+    async with durable.open(store.url) as opened:
+        await opened.send("wf-1", "hi")
+        await opened.send("wf-2", "hi")
+
+    refused = cli.run("discard", store.url, "wf-1")
+    discarded = cli.run("discard", store.url, "wf-1", "--yes")
+    gone = cli.run("show", store.url, "wf-1")
+
+    assert refused.returncode == 5, refused.stderr
+    assert "--yes" in refused.stderr
+    assert discarded.returncode == 0, discarded.stderr
+    assert discarded.stdout == "discarded wf-1\n"
+    assert gone.returncode == 3, gone.stderr
+    async with durable.open(store.url) as opened:
+        assert await opened.checkpointer.load("wf-1") == {}
+        assert list(await opened.checkpointer.load("wf-2")) != []
+
+
+# --- the worker ------------------------------------------------------------------------
+
+
+def test_a_worker_finishes_a_workflow_and_exits_0_on_sigterm(
+    cli: Cli, store: Store, workers: list[Worker]
+) -> None:
+    inbox = cli.ok("send", store.url, "wf-1", '"ana"').strip()
+    worker = cli.worker(store, "cli_bodies:greet")
+    workers.append(worker)
+
+    worker.wait_for("workflow 'wf-1': finished")
+    code = worker.stop()
+
+    assert code == 0, "".join(worker.log)
+    shown = cli.show(store, "wf-1")
+    assert [(r["key"], r["value"]) for r in shown["records"]] == [
+        (inbox, "ana"),
+        ("name", {"durable.receive": inbox}),
+        ("greeting", "hello, ana"),
+    ]
+    if "claim" not in shown["unreported"]:
+        assert shown["claim"] is None, "a finished pass releases its claim"
+    if "scheduled" not in shown["unreported"]:
+        assert shown["scheduled"] is None, "a finished workflow is not scheduled"
+
+
+def test_a_sleeping_workflow_is_scheduled_for_its_recorded_deadline(
+    cli: Cli, store: Store, workers: list[Worker]
+) -> None:
+    cli.ok("arrive", store.url, "wf-1", "start", "true")
+    worker = cli.worker(store, "cli_bodies:nap")
+    workers.append(worker)
+
+    worker.wait_for("workflow 'wf-1': sleeping until")
+    assert worker.stop() == 0, "".join(worker.log)
+
+    shown = cli.show(store, "wf-1")
+    deadline = at(next(r["value"] for r in shown["records"] if r["key"] == "nap"))
+    if "scheduled" in shown["unreported"]:
+        pytest.xfail(f"the {store.name} scheduler has no scheduled() (Observable)")
+    # Stores keep times at millisecond (Redis) or microsecond precision.
+    assert abs(at(shown["scheduled"]) - deadline) <= timedelta(milliseconds=1)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def test_show_of_an_unknown_workflow_exits_3_naming_it(cli: Cli, store: Store) -> None:
+    done = cli.run("show", store.url, "never-started")
+
+    assert done.returncode == 3
+    assert done.stderr.strip() == f"durable: no workflow 'never-started' in {store.url}"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres@127.0.0.1:1/test",
+        "redis://127.0.0.1:1/0",
+    ],
+    ids=["postgres", "redis"],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("show", "{url}", "wf-1"),
+        ("send", "{url}", "wf-1", '"hi"'),
+        ("worker", "json:dumps", "--store", "{url}"),
+    ],
+    ids=["show", "send", "worker"],
+)
+def test_an_unreachable_server_exits_1_with_one_line_naming_it(
+    cli: Cli, url: str, command: tuple[str, ...]
+) -> None:
+    done = cli.run(*(part.format(url=url) for part in command))
+
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("durable: ")
+    assert "127.0.0.1" in lines[0]
+    assert ":1" in lines[0] or "port 1" in lines[0]
