@@ -22,7 +22,7 @@ from typing import Any
 
 from durable.boundary import check_duration, check_key, check_workflow
 from durable.codec import CheckpointCodec, JsonCodec, UnencodableValue, encode_value
-from durable.interfaces import INBOX_PREFIX, Entry, Fenced, Pass, Recorded, inbox_key
+from durable.interfaces import INBOX_PREFIX, Claimed, Entry, Fenced, Pass, Recorded, inbox_key
 from redis.exceptions import ResponseError
 
 from durable_redis.effect import LuaEffect
@@ -42,6 +42,14 @@ from durable_redis.scripts import (
 )
 
 __all__ = ["RedisCheckpointer"]
+
+# For operators only (durable show), so sent as source rather than kept with the hot-path
+# scripts; no-writes lets it run on a replica too.
+_CLAIMED = """#!lua flags=no-writes
+local claim = redis.call('HMGET', KEYS[1], 'token', 'live', 'budget')
+local now = redis.call('TIME')
+return {claim[1], claim[2], claim[3], now[1], now[2]}
+"""
 
 _INBOX_DIGITS = str(len(inbox_key(0)) - len(INBOX_PREFIX))
 
@@ -149,11 +157,11 @@ class RedisCheckpointer:
         ]
 
     async def workflows(self, limit: int | None = None) -> list[str]:
-        """The ids of workflows holding records under this prefix, in no promised order.
+        """The ids of workflows holding records under this prefix, sorted, at most ``limit``.
 
         A ``SCAN`` restricted to this deployment's records keys; on a cluster, every
-        primary is scanned. It walks the keyspace, so it is for operators and tools, not
-        for a hot path.
+        primary is scanned. It walks the whole of this prefix's keys before sorting, so it
+        is for operators and tools, not for a hot path.
         """
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be a positive number of workflows, got {limit!r}")
@@ -166,11 +174,33 @@ class RedisCheckpointer:
                 if tag is None or key != f"{self.prefix}:{{{tag}}}:records":
                     continue  # an effect's key that happens to end in :records
                 found.append(workflow_of_tag(tag))
-                if limit is not None and len(found) >= limit:
-                    break
         except DRIVER_ERRORS as error:
             raise self._translated(error, "listing workflows", ()) from error
-        return found
+        found.sort()
+        return found if limit is None else found[:limit]
+
+    async def claimed(self, workflow: str) -> Claimed | None:
+        """The live claim on ``workflow``, or ``None``: for operators (``durable show``).
+
+        Read together with the server's ``TIME`` by the node that owns the claim, so
+        "live" is judged by the clock the leases are measured by.
+        """
+        _, claim = self._keys(workflow)
+        try:
+            token, live, budget, seconds, micros = await self.client.eval(_CLAIMED, 1, claim)
+        except DRIVER_ERRORS as error:
+            raise self._translated(error, f"reading the claim of {workflow!r}", (claim,)) from error
+        if token is None or live is None or budget is None:
+            return None
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        live_ms, budget_ms = int(live), int(budget)
+        if not (now_ms < live_ms and now_ms < budget_ms):
+            return None
+        return Claimed(
+            int(token),
+            EPOCH + timedelta(milliseconds=live_ms),
+            EPOCH + timedelta(milliseconds=budget_ms),
+        )
 
     # -- the claim ---------------------------------------------------------------
 

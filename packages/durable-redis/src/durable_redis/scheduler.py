@@ -226,6 +226,20 @@ class RedisStreamScheduler:
         await self._call("cancel", self._keys, (workflow,), f"cancel of {workflow!r}")
 
     async def scheduled(self, workflow: str) -> datetime | None:
-        """The deadline ``workflow`` sleeps until, or ``None`` if it is not sleeping."""
-        score = await self.client.zscore(self.deadlines_key, workflow)
-        return None if score is None else EPOCH + timedelta(milliseconds=score)
+        """When ``workflow`` is next runnable: the deadline it sleeps until, the moment its
+        current stream entry was added if it is runnable (or out with a taker), or ``None``.
+        For operators (``durable show``); nothing is decided by it."""
+        check_workflow(workflow)
+        try:
+            score = await self.client.zscore(self.deadlines_key, workflow)
+            if score is not None:
+                return EPOCH + timedelta(milliseconds=score)
+            current = await self.client.hget(self.current_key, workflow)
+            if current is None:
+                return None
+            entry = as_text(current)
+            if not await self.client.xrange(self.stream_key, entry, entry):
+                return None
+        except DRIVER_ERRORS as error:
+            raise self._translated(error, f"reading the schedule of {workflow!r}") from error
+        return EPOCH + timedelta(milliseconds=int(entry.split("-", 1)[0]))
