@@ -1,114 +1,462 @@
-"""``hatch run demo``: the payout workflow, run by a real worker from submission to payout.
+"""``hatch run demo``: the payout service, driven by two real worker processes, one killed.
 
-Submits two orders, runs a worker, approves the large one once it is waiting for approval,
-and prints each workflow's timeline. The store is SQLite in ``.durable-demo/`` under the
-working directory by default, so running the demo again resumes from that file: finished
-orders are reported as finished and nothing is charged twice. ``--store URL`` picks another
-store (``memory://``, ``postgresql://...``, ``redis://...``).
+What it does, in order:
+
+1. submits three orders (a small one, a large one that needs approval, and one whose card
+   declines a line, so the saga compensates), unless the store already holds them;
+2. starts two worker processes (``python -m durable_examples.worker``) on the store;
+3. arms a gate in the large order's capture of line L2, so the worker running it stops
+   there (the gateway has answered, the record has not landed), and kills that worker with
+   SIGKILL; the other worker reclaims the order once the dead one's claim lapses and
+   finishes it, asking the gateway again under the same idempotency key;
+4. approves the large order when it asks, with ``durable arrive``, as an operator would;
+5. stops the surviving worker with SIGTERM, replays every order once more in this process
+   (nothing may run again), prints the ledger (gateway and stock) and each workflow's
+   timeline with the store's times, and checks the books: exit 0 only if every check holds.
+
+The store is SQLite in ``.durable-demo/`` under the working directory by default, so a
+second run resumes from that file: finished orders are reported as finished, and the
+replay and the books show nothing charged or reserved twice. ``--store URL`` picks another
+store (``postgresql://...``, ``redis://...``); the demo adds ``lease=2`` to its URL unless
+it names a lease, so a killed worker's deliveries come back in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import hashlib
+import json
+import signal
 import sys
-from contextlib import suppress
-from datetime import timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TextIO
+from urllib.parse import parse_qsl, urlsplit
 
 import durable
-from durable.interfaces import Durable
-from durable.worker import work
-from durable_examples.payout import APPROVAL_THRESHOLD, Gateway, payout
+from durable.interfaces import Durable, Entry, Interruption
+from durable.plugins import for_url
+from durable.run import Finished, resume
 
-ORDERS = {
-    "order-1001": {"id": "order-1001", "amount": 120},
-    "order-1002": {"id": "order-1002", "amount": 4_500},
-}
-DONE_KEYS = ("paid", "refused")
+from durable_examples.fulfilment import fulfilment_workflow
+from durable_examples.gate import Gate
+from durable_examples.gateway import Gateway, card_limit
+from durable_examples.ledger import Books, audit, render
+from durable_examples.orders import Line, Order, as_mapping
+from durable_examples.service import APPROVAL_THRESHOLD, payout
+from durable_examples.stock import Stock, StockLedger, stock_for
+
+__all__ = ["EXPECTED", "GATED", "ORDERS", "main", "run_demo"]
+
+ORDERS = (
+    Order(
+        "order-1001",
+        "tok_visa",
+        (Line("L1", "lamp", 2, 45), Line("L2", "chair", 4, 60)),
+    ),
+    Order(
+        "order-1002",
+        "tok_visa",
+        (Line("L1", "desk", 1, 900), Line("L2", "chair", 6, 60), Line("L3", "lamp", 1, 45)),
+    ),
+    Order(
+        "order-1003",
+        "tok_limit_500",
+        (Line("L1", "lamp", 1, 45), Line("L2", "piano", 1, 3200)),
+    ),
+)
+EXPECTED = {"order-1001": "paid", "order-1002": "paid", "order-1003": "compensated"}
+GATED = ("order-1002", "capture:L2")
+"""Where the demo holds a pass to kill its worker: the large order's second capture."""
+
+LEASE = "2"  # seconds; added to the store URL unless it names a lease
+WORKERS = 2
 
 
-def default_store() -> str:
-    if "sqlite" in durable.stores():
-        folder = Path(".durable-demo")
-        folder.mkdir(exist_ok=True)
-        return f"sqlite:///{folder / 'demo.db'}"
-    return "memory://"
+def default_store(data: Path) -> str:
+    return f"sqlite:///{data / 'payout.db'}"
 
 
-async def _finished(store: Durable[Any], workflow: str) -> bool:
-    records = await store.checkpointer.load(workflow)
-    return any(key in records for key in DONE_KEYS)
+def with_lease(url: str) -> str:
+    """``url`` with a short scheduler lease, unless it names one."""
+    # Appended as text: urlunsplit would fold sqlite:/// (no host) into sqlite:/.
+    if any(name == "lease" for name, _ in parse_qsl(urlsplit(url).query)):
+        return url
+    return f"{url}{'&' if '?' in url else '?'}lease={LEASE}"
 
 
-async def _run(url: str, out: Any) -> int:
-    gateway = Gateway()
-    async with durable.open(url) as store:
-        print(f"store: {url}", file=out)
-        for workflow, order in ORDERS.items():
-            if await store.checkpointer.load(workflow):
-                print(f"{workflow}: already submitted, resuming it", file=out)
-                await store.scheduler.make_ready(workflow)
-            else:
-                await store.send(workflow, order)
-                print(f"{workflow}: submitted ({order['amount']})", file=out)
+def _digest(url: str) -> str:
+    return hashlib.sha1(url.encode()).hexdigest()[:8]
 
-        worker = asyncio.ensure_future(
-            work(
-                store,
-                payout(gateway),
-                limit=4,
-                poll=timedelta(milliseconds=100),
-                tick=timedelta(milliseconds=100),
-                retry=timedelta(milliseconds=500),
-            )
+
+def _shown(value: object, width: int = 64) -> str:
+    text = json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dataclass
+class Worker:
+    """One worker subprocess, and where its log goes."""
+
+    number: int
+    process: asyncio.subprocess.Process
+    log: Path
+
+    @property
+    def name(self) -> str:
+        return f"worker {self.number} (pid {self.process.pid})"
+
+
+@dataclass
+class Report:
+    """What the demo prints as it goes, with the seconds since it started."""
+
+    out: TextIO
+    started: float
+    checks: list[tuple[bool, str]] = field(default_factory=list)
+
+    def line(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def event(self, text: str) -> None:
+        elapsed = asyncio.get_running_loop().time() - self.started
+        self.line(f"  +{elapsed:5.1f}s  {text}")
+
+    def check(self, ok: bool, text: str) -> None:
+        self.checks.append((ok, text))
+
+
+def _open_log(path: Path) -> IO[bytes]:
+    return path.open("ab")
+
+
+async def _start_worker(number: int, command: list[str], log: Path) -> Worker:
+    sink = _open_log(log)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink
         )
+    finally:
+        sink.close()
+    return Worker(number, process, log)
+
+
+async def _stop(workers: Sequence[Worker], report: Report) -> None:
+    """SIGTERM every live worker, then wait for each (SIGKILL after 20 s, reported)."""
+    for worker in workers:
+        if worker.process.returncode is None:
+            worker.process.send_signal(signal.SIGTERM)
+    for worker in workers:
         try:
-            pending = set(ORDERS)
-            for _ in range(600):  # at most a minute
-                for workflow in sorted(pending):
-                    if await _finished(store, workflow):
-                        pending.discard(workflow)
-                        continue
-                    records = await store.checkpointer.load(workflow)
-                    # A person approves a large order once it has been charged and is
-                    # waiting out its settlement window.
-                    large = ORDERS[workflow]["amount"] > APPROVAL_THRESHOLD
-                    if large and "settlement" in records and "approval" not in records:
-                        await store.arrive(workflow, "approval", True)
-                        print(f"{workflow}: approved by a person", file=out)
-                if not pending:
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                print(f"gave up waiting for {sorted(pending)}", file=out)
-                return 1
-        finally:
-            worker.cancel()
-            with suppress(asyncio.CancelledError):
-                await worker
-
-        print(f"\ngateway calls this run: {gateway.calls}", file=out)
-        for workflow in ORDERS:
-            print(f"\n{workflow}", file=out)
-            for entry in await store.checkpointer.history(workflow):
-                print(f"  {entry.at.isoformat(timespec='milliseconds')}  "
-                      f"{entry.key:<40} {entry.value!r}", file=out)
-    return 0
+            await asyncio.wait_for(worker.process.wait(), timeout=20)
+        except TimeoutError:
+            worker.process.kill()
+            await worker.process.wait()
+            report.line(f"  {worker.name} did not stop on SIGTERM; killed")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="durable-demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--store", help="store URL (default: SQLite under .durable-demo/)")
-    parser.add_argument("--verbose", action="store_true", help="log every pass outcome")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(message)s",
+async def _arrive(url: str, workflow: str, report: Report) -> bool:
+    """Approve ``workflow`` the way an operator would: with the ``durable`` command."""
+    report.event(f"{workflow} asks for approval; an operator runs:")
+    report.line(f"             durable arrive '{url}' {workflow} approval true")
+    command = [sys.executable, "-m", "durable.cli", "arrive", url, workflow, "approval", "true"]
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    return asyncio.run(_run(args.store or default_store(), sys.stdout))
+    stdout, stderr = await process.communicate()
+    if process.returncode != 0:
+        report.line(f"             failed ({process.returncode}): {stderr.decode().strip()}")
+        return False
+    report.line(f"             -> {stdout.decode().strip()}")
+    return True
+
+
+async def _outcome(store: Durable[Any], workflow: str) -> dict[str, object] | None:
+    records = await store.checkpointer.load(workflow)
+    return as_mapping(records["outcome"]) if "outcome" in records else None
+
+
+async def _drive(
+    store: Durable[Any],
+    url: str,
+    workers: list[Worker],
+    gate: Gate | None,
+    pending: list[str],
+    report: Report,
+    timeout: float,
+) -> bool:
+    """Watch the orders to the end: kill at the gate, approve when asked. True if all ended."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout
+    approved: set[str] = set()
+    killed = gate is None
+    while pending:
+        if not killed and gate is not None and (held := gate.held()) is not None:
+            victim = next((w for w in workers if w.process.pid == held.pid), None)
+            report.event(
+                f"pid {held.pid} is inside {held.key} of {held.workflow}: the gateway has "
+                "answered, the record has not landed"
+            )
+            if victim is None:
+                report.line(f"             pid {held.pid} is not one of this demo's workers")
+                return False
+            victim.process.send_signal(signal.SIGKILL)
+            await victim.process.wait()
+            report.event(f"SIGKILL {victim.name}; the other worker must reclaim {held.workflow}")
+            gate.open()
+            killed = True
+        for workflow in list(pending):
+            records = await store.checkpointer.load(workflow)
+            if "outcome" in records:
+                outcome = as_mapping(records["outcome"])
+                report.event(f"{workflow} {outcome.get('status')}")
+                pending.remove(workflow)
+            elif "approval:requested" in records and workflow not in approved:
+                approved.add(workflow)
+                if not await _arrive(url, workflow, report):
+                    return False
+        if not pending:
+            return True
+        if all(w.process.returncode is not None for w in workers):
+            report.event("every worker has exited; see their logs")
+            return False
+        if loop.time() > give_up:
+            report.event(f"gave up after {timeout:g}s waiting for {', '.join(pending)}")
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    calls: int
+    stock: StockLedger
+
+
+async def _snapshot(gateway: Gateway, stock: Stock[Any]) -> _Snapshot:
+    calls = await asyncio.to_thread(gateway.calls)
+    return _Snapshot(calls, await stock.ledger([order.id for order in ORDERS]))
+
+
+async def _replay(store: Durable[Any], body: Any, report: Report) -> bool:
+    """One more pass of every order, in this process: each must finish from its records."""
+    finished = 0
+    for order in ORDERS:
+        try:
+            outcome = await resume(store, order.id, body)
+        except Interruption as error:
+            report.line(f"  {order.id}: could not replay: {error}")
+            continue
+        if isinstance(outcome, Finished):
+            finished += 1
+        else:
+            report.line(f"  {order.id}: replay did not finish: {outcome}")
+    return finished == len(ORDERS)
+
+
+def _timeline(workflow: str, history: Sequence[Entry], report: Report) -> None:
+    report.line(f"  {workflow}")
+    if not history:
+        report.line("    (no records)")
+        return
+    first: datetime = history[0].at
+    width = max(len(entry.key) for entry in history)
+    for entry in history:
+        offset = (entry.at - first).total_seconds()
+        clock = entry.at.strftime("%H:%M:%S.%f")[:-3]
+        report.line(f"    {clock} +{offset:6.3f}s  {entry.key:<{width}}  {_shown(entry.value)}")
+
+
+async def run_demo(url: str, data: Path, out: TextIO, *, timeout: float = 60.0) -> int:
+    """Drive the demo against ``url``, keeping the gateway ledger and logs in ``data``.
+
+    Returns the exit code: 0 when every check passed, 1 when one failed, 2 when the store
+    cannot host the demo.
+    """
+    loop = asyncio.get_running_loop()
+    report = Report(out, loop.time())
+    plugin = for_url(url)
+    if plugin.name == "memory":
+        report.line(
+            "the demo runs its workers as separate processes, and a memory:// store lives in "
+            "one process; use sqlite:///path.db (the default), postgresql://... or redis://..."
+        )
+        return 2
+    url = with_lease(url)
+    data.mkdir(parents=True, exist_ok=True)
+    tag = _digest(url)
+    gateway_path = data / f"gateway-{tag}.db"
+    gateway = Gateway(gateway_path)
+    report.line(f"durable demo: the order-payout service on {url}")
+    report.line(f"  gateway ledger {gateway_path}, worker logs {data}/worker-{tag}-N.log")
+
+    async with durable.open(url) as store:
+        stock = stock_for(store)
+        await stock.prepare()
+
+        report.line()
+        report.line("orders")
+        fresh: list[str] = []
+        pending: list[str] = []
+        for order in ORDERS:
+            records = await store.checkpointer.load(order.id)
+            about = f"{len(order.lines)} lines, total {order.total} on {order.card}"
+            limit = card_limit(order.card)
+            if limit is not None:
+                about += f" (the card declines any charge over {limit})"
+            elif order.total > APPROVAL_THRESHOLD:
+                about += f" (over {APPROVAL_THRESHOLD}: needs approval)"
+            if not records:
+                await store.send(order.id, order.message())
+                fresh.append(order.id)
+                pending.append(order.id)
+                report.line(f"  {order.id}  submitted: {about}")
+            elif "outcome" in records:
+                status = as_mapping(records["outcome"]).get("status")
+                report.line(f"  {order.id}  already finished ({status}) in this store")
+            else:
+                # Already scheduled by the run that submitted it; asking again is harmless.
+                await store.scheduler.make_ready(order.id)
+                pending.append(order.id)
+                report.line(f"  {order.id}  submitted by an earlier run, not finished: resuming")
+
+        gate: Gate | None = None
+        workers: list[Worker] = []
+        if pending:
+            report.line()
+            report.line("workers")
+            command = [
+                sys.executable,
+                "-m",
+                "durable_examples.worker",
+                "--store",
+                url,
+                "--gateway",
+                str(gateway_path),
+            ]
+            if GATED[0] in fresh:
+                gate = Gate.arm(data / f"gate-{tag}", *GATED)
+                command += ["--gate", str(gate.directory)]
+            for number in range(1, WORKERS + 1):
+                log = data / f"worker-{tag}-{number}.log"
+                workers.append(await _start_worker(number, command, log))
+            shown = " ".join(command[1:])
+            for worker in workers:
+                report.line(f"  {worker.name}: python {shown}")
+            report.line()
+            report.line("events")
+            try:
+                ended = await _drive(store, url, workers, gate, pending, report, timeout)
+            finally:
+                await _stop(workers, report)
+            report.check(ended, "every order reached its outcome")
+            codes = ", ".join(f"{w.name} exited {w.process.returncode}" for w in workers)
+            report.line(f"  {codes}")
+            if gate is not None:
+                survivors = [w for w in workers if w.process.returncode != -signal.SIGKILL]
+                report.check(
+                    len(survivors) == WORKERS - 1,
+                    f"one worker was killed mid-pass in {GATED[1]} of {GATED[0]}",
+                )
+                report.check(
+                    all(w.process.returncode == 0 for w in survivors),
+                    "the surviving worker finished the work and exited 0 on SIGTERM",
+                )
+            else:
+                report.check(
+                    all(w.process.returncode == 0 for w in workers),
+                    "every worker exited 0 on SIGTERM",
+                )
+        else:
+            report.line()
+            report.line("every order is already finished; no worker is needed")
+
+        report.line()
+        report.line("replay: one more pass of every order, in this process")
+        body = payout(stock, gateway, store.checkpointer)
+        before = await _snapshot(gateway, stock)
+        replayed = await _replay(store, body, report)
+        after = await _snapshot(gateway, stock)
+        report.line(
+            f"  {len(ORDERS)} passes; gateway requests {after.calls - before.calls:+d}, "
+            f"stock movements {_count(after.stock) - _count(before.stock):+d}"
+        )
+        report.check(replayed, "every order finishes again from its records alone")
+        report.check(before == after, "the replay charged nothing and moved no stock")
+
+        outcomes = {order.id: await _outcome(store, order.id) for order in ORDERS}
+        operations = await asyncio.to_thread(gateway.operations)
+        books = Books(ORDERS, outcomes, after.stock, operations)
+        report.line()
+        report.line("ledger (what the gateway and the stock hold)")
+        for text in render(books):
+            report.line(f"  {text}")
+        failures = audit(books, EXPECTED)
+        for failure in failures:
+            report.check(False, failure)
+        report.check(
+            not failures,
+            "stock moved exactly once per order; every idempotency key decided once; "
+            "paid orders paid out once, the declined one refunded what it captured",
+        )
+        if gate is not None:
+            held = next((op for op in operations if op.key == f"{GATED[0]}:{GATED[1]}"), None)
+            report.check(
+                held is not None and held.calls >= 2,
+                f"the killed capture was asked again and decided once ({held and held.calls} "
+                "requests)",
+            )
+
+        report.line()
+        report.line("timelines (the store's own clock at each record's winning write)")
+        for order in ORDERS:
+            for workflow in (order.id, fulfilment_workflow(order.id)):
+                history = await store.checkpointer.history(workflow)
+                if history or workflow == order.id:
+                    _timeline(workflow, history, report)
+
+    report.line()
+    report.line("checks")
+    for ok, text in report.checks:
+        report.line(f"  {'ok  ' if ok else 'FAIL'}  {text}")
+    passed = all(ok for ok, _ in report.checks)
+    report.line()
+    report.line("every check passed" if passed else "SOME CHECKS FAILED")
+    return 0 if passed else 1
+
+
+def _count(ledger: StockLedger) -> int:
+    return sum(len(moves) for moves in ledger.moves.values())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hatch run demo",
+        description="The order-payout service, driven by two worker processes, one killed.",
+    )
+    parser.add_argument(
+        "--store", metavar="URL", help="store URL (default: SQLite in the --data directory)"
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(".durable-demo"),
+        metavar="DIR",
+        help="where the gateway ledger, logs and default store live (.durable-demo)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S", help="give up after (60)"
+    )
+    args = parser.parse_args(argv)
+    url = args.store or default_store(args.data)
+    try:
+        return asyncio.run(run_demo(url, args.data, sys.stdout, timeout=args.timeout))
+    except durable.StoreError as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""A worker process for the payout service: ``python -m durable_examples.worker --store URL``.
+
+``durable worker MODULE:BODY`` runs a body that needs nothing but its ``Run``. This one
+needs its dependencies built over the store it runs on (the stock adapter speaks the
+store's own language, and the fulfilment graph records into the same checkpointer) and a
+gateway, so this module opens the store, builds them, and hands the body to the same
+``durable.worker.work`` loop the command uses. It stops like the command does: SIGINT or
+SIGTERM stops it taking work, passes in flight get ``--grace`` seconds to finish, and it
+exits 0. It logs one line per pass outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import durable
+from durable.worker import work
+
+from durable_examples.gate import Gate
+from durable_examples.gateway import Gateway
+from durable_examples.service import SETTLEMENT, payout
+from durable_examples.stock import stock_for
+
+__all__ = ["main", "run_worker"]
+
+log = logging.getLogger("durable_examples.worker")
+
+
+def _seconds(text: str) -> timedelta:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return timedelta(seconds=value)
+
+
+async def run_worker(
+    url: str,
+    gateway: Path,
+    *,
+    gate: Path | None = None,
+    liveness: timedelta = timedelta(seconds=2),
+    retry: timedelta = timedelta(milliseconds=500),
+    settlement: timedelta = SETTLEMENT,
+    grace: timedelta = timedelta(seconds=10),
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Work the payout service on ``url`` until ``stop`` is set (or SIGINT/SIGTERM).
+
+    ``liveness`` is how soon this worker's death is noticed by the others (each claim is
+    renewed every third of it); ``retry`` is how long a contended, fenced or failed pass
+    waits before it is tried again. Both are short here so a demo finishes in seconds.
+    """
+    stop = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with durable.open(url) as store:
+        stock = stock_for(store)
+        await stock.prepare()
+        body = payout(
+            stock,
+            Gateway(gateway),
+            store.checkpointer,
+            settlement=settlement,
+            gate=Gate(gate) if gate is not None else None,
+            liveness=liveness,
+        )
+        log.info("payout worker on %s", url)
+        await work(
+            store,
+            body,
+            limit=8,
+            liveness=liveness,
+            poll=timedelta(milliseconds=200),
+            tick=timedelta(milliseconds=200),
+            retry=retry,
+            stop=stop,
+            grace=grace,
+        )
+    log.info("payout worker stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m durable_examples.worker", description="Run the payout service."
+    )
+    parser.add_argument("--store", required=True, metavar="URL", help="the store to work")
+    parser.add_argument(
+        "--gateway", required=True, type=Path, metavar="PATH", help="the gateway's ledger file"
+    )
+    parser.add_argument("--gate", type=Path, metavar="DIR", help="a demo gate directory")
+    parser.add_argument(
+        "--liveness", type=_seconds, default=timedelta(seconds=2), metavar="S", help="(2)"
+    )
+    parser.add_argument(
+        "--settlement", type=_seconds, default=SETTLEMENT, metavar="S", help="(2)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s [%(process)d] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    asyncio.run(
+        run_worker(
+            args.store,
+            args.gateway,
+            gate=args.gate,
+            liveness=args.liveness,
+            settlement=args.settlement,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
