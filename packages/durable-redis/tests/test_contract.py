@@ -470,7 +470,9 @@ async def test_a_wakeup_during_a_delivery_is_not_undone_by_its_wake_at_or_done(
             await scheduler.wake_at(out, later)
         else:
             await scheduler.done(out)
-        assert await scheduler.scheduled("wf") is None
+        runnable = await scheduler.scheduled("wf")
+        assert runnable is not None
+        assert runnable < later, "the wakeup stays runnable now, not at the pass's deadline"
         survivor = await scheduler.next_ready(WITHIN)
         assert survivor is not None
         assert survivor.workflow == "wf"
