@@ -186,11 +186,8 @@ async def _drive(
     gate: Gate | None,
     pending: list[str],
     report: Report,
-    timeout: float,
 ) -> bool:
     """Watch the orders to the end: kill at the gate, approve when asked. True if all ended."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + timeout
     approved: set[str] = set()
     killed = gate is None
     while pending:
@@ -222,9 +219,6 @@ async def _drive(
             return True
         if all(w.process.returncode is not None for w in workers):
             report.event("every worker has exited; see their logs")
-            return False
-        if loop.time() > give_up:
-            report.event(f"gave up after {timeout:g}s waiting for {', '.join(pending)}")
             return False
         await asyncio.sleep(0.1)
     return True
@@ -270,8 +264,11 @@ def _timeline(workflow: str, history: Sequence[Entry], report: Report) -> None:
         report.line(f"    {clock} +{offset:6.3f}s  {entry.key:<{width}}  {_shown(entry.value)}")
 
 
-async def run_demo(url: str, data: Path, out: TextIO, *, timeout: float = 60.0) -> int:
-    """Drive the demo against ``url``, keeping the gateway ledger and logs in ``data``.
+async def run_demo(
+    url: str, data: Path, out: TextIO, *, patience: timedelta = timedelta(seconds=60)
+) -> int:
+    """Drive the demo against ``url``, keeping the gateway ledger and logs in ``data`` (a
+    directory that exists). ``patience`` bounds how long the workers may take.
 
     Returns the exit code: 0 when every check passed, 1 when one failed, 2 when the store
     cannot host the demo.
@@ -286,7 +283,6 @@ async def run_demo(url: str, data: Path, out: TextIO, *, timeout: float = 60.0) 
         )
         return 2
     url = with_lease(url)
-    data.mkdir(parents=True, exist_ok=True)
     tag = _digest(url)
     gateway_path = data / f"gateway-{tag}.db"
     gateway = Gateway(gateway_path)
@@ -349,7 +345,12 @@ async def run_demo(url: str, data: Path, out: TextIO, *, timeout: float = 60.0) 
             report.line()
             report.line("events")
             try:
-                ended = await _drive(store, url, workers, gate, pending, report, timeout)
+                async with asyncio.timeout(patience.total_seconds()):
+                    ended = await _drive(store, url, workers, gate, pending, report)
+            except TimeoutError:
+                ended = False
+                waited = patience.total_seconds()
+                report.event(f"gave up after {waited:g}s waiting for {', '.join(pending)}")
             finally:
                 await _stop(workers, report)
             report.check(ended, "every order reached its outcome")
@@ -448,12 +449,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where the gateway ledger, logs and default store live (.durable-demo)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=60.0, metavar="S", help="give up after (60)"
+        "--patience", type=float, default=60.0, metavar="S", help="give up after S seconds (60)"
     )
     args = parser.parse_args(argv)
     url = args.store or default_store(args.data)
+    args.data.mkdir(parents=True, exist_ok=True)
+    patience = timedelta(seconds=args.patience)
     try:
-        return asyncio.run(run_demo(url, args.data, sys.stdout, timeout=args.timeout))
+        return asyncio.run(run_demo(url, args.data, sys.stdout, patience=patience))
     except durable.StoreError as error:
         print(f"demo: {error}", file=sys.stderr)
         return 2

@@ -75,7 +75,8 @@ class Gate:
         if self._at != (workflow, key) or self.is_open:
             return
         _write(self.directory / "entered", {"pid": os.getpid(), "workflow": workflow, "key": key})
-        while not self.is_open:
+        # Polled: the news comes from another process, as a file, so no Event can carry it.
+        while not self.is_open:  # noqa: ASYNC110
             await asyncio.sleep(_POLL)
 
     def held(self) -> Held | None:

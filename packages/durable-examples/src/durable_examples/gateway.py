@@ -202,4 +202,3 @@ class _Answer:
     amount: int
     status: str
     reference: str
-

@@ -128,7 +128,8 @@ def render(books: Books) -> list[str]:
             )
         for op in books.operations:
             if op.key.startswith(f"{wid}:") and op.kind != "capture":
-                lines.append(f"    {op.kind:<11} {op.status} {op.amount}  ({_times(op.calls)} asked)")
+                asked = _times(op.calls)
+                lines.append(f"    {op.kind:<11} {op.status} {op.amount}  ({asked} asked)")
         moves = books.stock.moves.get(wid, [])
         lines.append(f"    stock moves {', '.join(f'{s} {q:+d}' for s, q in moves) or 'none'}")
     reserved = ", ".join(f"{sku} {units}" for sku, units in books.stock.reserved.items())

@@ -102,9 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--liveness", type=_seconds, default=timedelta(seconds=2), metavar="S", help="(2)"
     )
-    parser.add_argument(
-        "--settlement", type=_seconds, default=SETTLEMENT, metavar="S", help="(2)"
-    )
+    parser.add_argument("--settlement", type=_seconds, default=SETTLEMENT, metavar="S", help="(2)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,

@@ -127,7 +127,9 @@ def _sections(resource: str) -> dict[str, str]:
     return {name: "\n".join(body).rstrip(";") for name, body in named.items()}
 
 
-def _ledger(rows: Sequence[tuple[str, str, int]], workflows: Sequence[str]) -> dict[str, list[Move]]:
+def _ledger(
+    rows: Sequence[tuple[str, str, int]], workflows: Sequence[str]
+) -> dict[str, list[Move]]:
     wanted = set(workflows)
     moves: dict[str, list[Move]] = {workflow: [] for workflow in workflows}
     for workflow, sku, quantity in rows:
@@ -318,9 +320,9 @@ class RedisStock:
         reserved: dict[str, int] = {}
         for workflow in workflows:
             units_key, moves_key = self._keys(workflow)
-            entries = await client.lrange(moves_key, 0, -1)  # type: ignore[misc]
+            entries = await client.lrange(moves_key, 0, -1)
             moves[workflow] = [_decoded_move(entry) for entry in entries]
-            held: Mapping[Any, Any] = await client.hgetall(units_key)  # type: ignore[misc]
+            held: Mapping[Any, Any] = await client.hgetall(units_key)
             for sku, units in held.items():
                 name = sku.decode() if isinstance(sku, bytes) else str(sku)
                 reserved[name] = reserved.get(name, 0) + int(units)
