@@ -1,0 +1,666 @@
+"""Every example in the docs runs, so that no example rots.
+
+Each page (``README.md`` and every ``docs/**/*.md``) is read for fenced code blocks, and
+each ```` ```python ```` block, and each ```` ```bash ```` block that calls ``durable``, is
+one test, named ``PAGE:LINE``. A page's blocks run in order, in one temporary directory of
+the page's own and one Python namespace, as a reader following the page would run them:
+a later block may use what an earlier one defined or wrote. A block that is a full program
+runs as it is (``asyncio.run(main())``, or ``async with`` and ``await`` at the top level,
+which run in an event loop the page keeps). After it runs, every name the block uses and
+never binds must exist, so a function that refers to something undefined fails here even
+though nothing called it.
+
+A block that is not a whole program says what it needs in an HTML comment on the line
+before its fence, which the rendered page does not show::
+
+    <!-- docs-test: body store=sqlite setup=stock -->
+
+Directives (several may share one comment):
+
+``setup=NAME[,NAME...]``
+    Run the named preludes (``PRELUDES`` below) first. A prelude supplies the names a
+    fragment leaves to the reader (a stand-in gateway, a parser, a ``stock`` table), and
+    may check afterwards that what the block defined behaves as the page says.
+``body``
+    The block is the inside of a workflow body: it becomes ``async def body(run)`` and runs
+    one pass with ``resume`` against the block's store. It may use ``run``, ``workflow``,
+    ``store`` (the ``Durable``) and ``checkpointer``.
+``store=NAME``
+    Run against a fresh store of the named installed store (``memory``, ``sqlite``,
+    ``postgres``, ``redis``), from that store's own testing hook, so that it is isolated and
+    removed afterwards, and skipped with the hook's reason when its server does not answer.
+    The name ``url`` reaches it, and every string literal in the block that is a URL of the
+    same scheme is pointed at it (its own query options kept, the isolation options the
+    store needs added). Without ``store=``, a body runs against the memory store.
+``file=PATH``
+    Write the block to ``PATH`` in the page's directory instead of running it (a module a
+    later command imports, such as the workflow a ``durable worker`` runs). It must compile
+    and define every name it uses.
+``skip reason="..."``
+    Do not run it; the reason is reported as the skip. For blocks that need something the
+    tests cannot provide (a server at a named host, a Redis Cluster); use sparingly.
+
+For a ```` ```bash ```` block, only lines that start with ``durable`` run (``pip`` and the
+like do not); each runs as ``python -m durable.cli ...`` in the page's directory, with that
+directory on ``PYTHONPATH``, and must exit 0, or the code its comment names (``# exits 3``).
+``durable worker`` starts in the background and keeps running until the page is done, when
+it is sent SIGTERM and must exit 0. Bash blocks take ``after="TEXT"`` (wait, before
+running, until a background worker has logged ``TEXT``) and ``expect="TEXT"`` (``TEXT`` must
+appear in what the block's commands print, or what the workers they started log).
+
+A ```` ```text ```` block marked ``<!-- docs-test: output -->`` is the exact standard output
+of the block before it.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import builtins
+import contextlib
+import io
+import os
+import re
+import shlex
+import signal
+import sqlite3
+import subprocess
+import symtable
+import sys
+import textwrap
+import time
+import unittest
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import CodeType
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import durable
+import pytest
+from durable.clock import ManualClock
+from durable.plugins import Testbed
+from durable.plugins import store as store_plugin
+from durable.run import Blocked, Finished, Sleeping, resume
+
+REPO = Path(__file__).resolve().parents[3]
+PATIENCE = 60.0
+"""Seconds to wait for a command or a worker's log line before failing (never asserted)."""
+
+WORKFLOW = "wf-docs"
+"""The workflow id a ``body`` block runs under."""
+
+PYTHON = {"python", "py", "python3"}
+SHELL = {"bash", "sh", "shell", "console"}
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
+DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
+KNOWN = {"setup", "body", "store", "file", "skip", "reason", "after", "expect", "output"}
+
+
+def pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+# --- reading blocks out of a page --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int
+    language: str
+    source: str
+    directives: Mapping[str, str]
+    output: str | None = None
+    """The ``output`` block that follows it, if any: its exact standard output."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    @property
+    def runs(self) -> bool:
+        if self.language in PYTHON:
+            return True
+        return self.language in SHELL and bool(shell_commands(self.source))
+
+
+def parse_directives(text: str, where: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for token in shlex.split(text):
+        key, _, value = token.partition("=")
+        if key not in KNOWN:
+            raise ValueError(
+                f"{where}: unknown docs-test directive {key!r}; known: {', '.join(sorted(KNOWN))}"
+            )
+        found[key] = value
+    return found
+
+
+def read_blocks(path: Path) -> list[Block]:
+    """Every fenced block of the page, with the directives written just before it."""
+    page = str(path.relative_to(REPO))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opened = FENCE.match(lines[index])
+        if opened is None or not opened["info"].strip():
+            if opened is not None:  # an untagged fence: find its end all the same
+                index = _close(lines, index, opened) + 1
+                blocks.append(Block(page, index, "", "", {}))
+                continue
+            index += 1
+            continue
+        language = opened["info"].strip().split()[0].lower()
+        end = _close(lines, index, opened)
+        indent = len(opened["indent"])
+        source = "\n".join(line[indent:] for line in lines[index + 1 : end]) + "\n"
+        previous = next((lines[i] for i in range(index - 1, -1, -1) if lines[i].strip()), "")
+        marked = DIRECTIVE.match(previous)
+        directives = (
+            parse_directives(marked["body"], f"{page}:{index + 1}") if marked is not None else {}
+        )
+        blocks.append(Block(page, index + 1, language, source, directives))
+        index = end + 1
+    return _attach_outputs(blocks)
+
+
+def _close(lines: list[str], start: int, opened: re.Match[str]) -> int:
+    """The line that closes the fence opened at ``start``: the same character, at least as
+    many of them, and nothing else."""
+    fence = opened["fence"]
+    for index in range(start + 1, len(lines)):
+        stripped = lines[index].strip()
+        if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+            return index
+    raise ValueError(f"a fence opened at line {start + 1} is never closed")
+
+
+def _attach_outputs(blocks: list[Block]) -> list[Block]:
+    attached: list[Block] = []
+    for block in blocks:
+        if "output" in block.directives:
+            if not attached or not attached[-1].runs:
+                raise ValueError(f"{block.name}: an output block follows no block that runs")
+            previous = attached.pop()
+            attached.append(
+                Block(
+                    previous.page,
+                    previous.line,
+                    previous.language,
+                    previous.source,
+                    previous.directives,
+                    block.source,
+                )
+            )
+            continue
+        attached.append(block)
+    return attached
+
+
+def shell_commands(source: str) -> list[str]:
+    """The logical lines of a shell block that run ``durable``."""
+    joined = source.replace("\\\n", " ")
+    return [line.strip() for line in joined.splitlines() if line.strip().startswith("durable ")]
+
+
+ALL_BLOCKS = [block for path in pages() for block in read_blocks(path)]
+RUNNING = [block for block in ALL_BLOCKS if block.runs]
+
+
+# --- what a block may leave to the test -------------------------------------------------
+
+
+@dataclass
+class Gateway:
+    """A stand-in payment provider: it answers and counts, and honours nothing else."""
+
+    charges: int = 0
+    payments: int = 0
+
+    def charge(self, *details: object) -> str:
+        self.charges += 1
+        return f"ch_{self.charges}"
+
+    def pay(self, *details: object) -> str:
+        self.payments += 1
+        return f"po_{self.payments}"
+
+
+def as_count(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a count, got {value!r}")
+    return value
+
+
+def as_text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {value!r}")
+    return value
+
+
+def as_flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+@dataclass
+class Context:
+    """What a prelude is handed: the page's namespace and the block's store, if any."""
+
+    namespace: dict[str, Any]
+    testbed: Testbed[Any] | None
+    store_name: str | None
+
+
+async def gateway_prelude(context: Context) -> None:
+    """``gateway``, ``charge_card``, ``pay``, ``order_id`` and ``amount``, as a payment
+    example leaves them to the reader."""
+    gateway = Gateway()
+    context.namespace.update(
+        gateway=gateway,
+        charge_card=gateway.charge,
+        pay=gateway.pay,
+        order_id="order-7",
+        amount=4_500,
+    )
+
+
+async def parsers_prelude(context: Context) -> None:
+    context.namespace.update(as_count=as_count, as_text=as_text, as_flag=as_flag)
+
+
+async def stock_prelude(context: Context) -> None:
+    """A ``stock`` table holding the piano, in the block's store, for a ``transact``."""
+    testbed = context.testbed
+    if context.store_name == "sqlite" and testbed is not None:
+        path = Path(str(testbed.extras["path"]))
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            connection.execute("CREATE TABLE stock (sku TEXT PRIMARY KEY, reserved INTEGER)")
+            connection.execute("INSERT INTO stock VALUES ('piano', 0)")
+            connection.commit()
+        return
+    raise LookupError(f"the stock prelude has no table for the {context.store_name} store")
+
+
+async def drive_payout(namespace: Mapping[str, Any]) -> None:
+    """The page's ``payout`` goes where it says: it sleeps, waits for approval, and pays out,
+    charging once across every pass."""
+    payout = namespace["payout"]
+    gateway: Gateway = namespace["gateway"]
+    clock = ManualClock()
+    async with durable.open("memory://") as store:
+        await store.send("order-7", {"id": 7, "amount": 4_500})
+        sleeping = await resume(store, "order-7", payout, clock=clock)
+        assert isinstance(sleeping, Sleeping), sleeping
+        clock.advance(timedelta(days=2))
+        assert await resume(store, "order-7", payout, clock=clock) == Blocked(("approval",))
+        await store.arrive("order-7", "approval", True)
+        finished = await resume(store, "order-7", payout, clock=clock)
+    assert isinstance(finished, Finished), finished
+    assert (gateway.charges, gateway.payments) == (1, 1)
+
+
+async def payout_prelude(context: Context) -> None:
+    await gateway_prelude(context)
+    context.namespace.setdefault("__docs_checks__", []).append(drive_payout)
+
+
+Prelude = Callable[[Context], Awaitable[None]]
+PRELUDES: dict[str, Prelude] = {
+    "gateway": gateway_prelude,
+    "parsers": parsers_prelude,
+    "stock": stock_prelude,
+    "payout": payout_prelude,
+}
+
+
+# --- running a page --------------------------------------------------------------------
+
+
+class Rewriter(ast.NodeTransformer):
+    """Points every URL literal of one scheme at the block's store."""
+
+    def __init__(self, schemes: tuple[str, ...], target: str) -> None:
+        self.schemes = schemes
+        self.target = urlsplit(target)
+
+    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
+        own = urlsplit(node.value) if isinstance(node.value, str) else None
+        # A cluster URL stays a cluster URL: pointing it at one node would test something else.
+        if (
+            own is not None
+            and own.scheme in self.schemes
+            and own.scheme.endswith("+cluster") == self.target.scheme.endswith("+cluster")
+        ):
+            query = dict(parse_qsl(own.query)) | dict(parse_qsl(self.target.query))
+            url = urlunsplit(self.target._replace(query=urlencode(query)))
+            return ast.copy_location(ast.Constant(url), node)
+        return node
+
+
+def undefined(source: str, namespace: Mapping[str, Any]) -> list[str]:
+    """Names the block reads from its globals that neither it, the page nor Python binds."""
+    wrapped = "async def __docs_block__():\n" + textwrap.indent(source, "    ") + "\n    pass\n"
+    missing: set[str] = set()
+
+    def visit(table: symtable.SymbolTable) -> None:
+        for symbol in table.get_symbols():
+            if symbol.is_referenced() and symbol.is_global():
+                name = symbol.get_name()
+                if name not in namespace and not hasattr(builtins, name):
+                    missing.add(name)
+        for child in table.get_children():
+            visit(child)
+
+    visit(symtable.symtable(wrapped, "<docs>", "exec"))
+    return sorted(missing)
+
+
+@dataclass
+class Background:
+    command: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+
+@dataclass
+class PageRun:
+    """One page's blocks, run in order in a directory and a namespace of the page's own."""
+
+    page: str
+    blocks: list[Block]
+    directory: Path
+    environment: dict[str, str]
+    namespace: dict[str, Any] = field(default_factory=dict)
+    outcomes: dict[int, BaseException | None] = field(default_factory=dict)
+    background: list[Background] = field(default_factory=list)
+    testbeds: dict[str, Testbed[Any]] = field(default_factory=dict)
+    runner: asyncio.Runner = field(default_factory=asyncio.Runner)
+    stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        self.namespace.update(__name__="__main__", __file__=str(self.directory / "page.py"))
+
+    def outcome(self, block: Block) -> BaseException | None:
+        """Run every block of the page up to ``block`` that has not run; ``block``'s outcome."""
+        for each in self.blocks:
+            if each.line not in self.outcomes:
+                self.outcomes[each.line] = self._attempt(each)
+            if each.line == block.line:
+                break
+        if block.line == self.blocks[-1].line and not self.finished:
+            failure = self.finish()
+            if failure is not None and self.outcomes[block.line] is None:
+                self.outcomes[block.line] = failure
+        return self.outcomes[block.line]
+
+    def _attempt(self, block: Block) -> BaseException | None:
+        try:
+            if "skip" in block.directives:
+                reason = block.directives.get("reason") or "no reason given"
+                raise unittest.SkipTest(f"{block.name}: {reason}")
+            with _inside(self.directory):
+                if block.language in PYTHON:
+                    self._python(block)
+                else:
+                    self._shell(block)
+        except BaseException as error:
+            if isinstance(error, KeyboardInterrupt):
+                raise
+            return error
+        return None
+
+    # Python
+
+    def _python(self, block: Block) -> None:
+        if "file" in block.directives:
+            self._file(block)
+            return
+        source = block.source
+        if "body" in block.directives:
+            source = "async def __docs_body__(run):\n" + textwrap.indent(source, "    ")
+        testbed, store_name = self.runner.run(self._prepare(block))
+        code = self._compile(source, block, testbed, store_name)
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            done = eval(code, self.namespace)
+            if asyncio.iscoroutine(done):
+                self.runner.run(done)
+            if "body" in block.directives:
+                self.runner.run(self._one_pass(testbed))
+            for check in self.namespace.pop("__docs_checks__", []):
+                self.runner.run(check(self.namespace))
+        given = {"run": None} if "body" in block.directives else {}
+        missing = undefined(block.source, self.namespace | given)
+        if missing:
+            raise AssertionError(
+                f"{block.name} uses {', '.join(missing)} but nothing defines "
+                "(define each in the block, or name a prelude that does it: "
+                f"<!-- docs-test: setup=... -->, see {Path(__file__).name})"
+            )
+        _compare_output(block, captured.getvalue())
+
+    def _file(self, block: Block) -> None:
+        target = self.directory / block.directives["file"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(block.source, encoding="utf-8")
+        module: dict[str, Any] = {"__name__": target.stem}
+        exec(compile(block.source, str(target), "exec"), module)
+        missing = undefined(block.source, module)
+        assert not missing, f"{block.name} ({target.name}) uses undefined {', '.join(missing)}"
+
+    async def _prepare(self, block: Block) -> tuple[Testbed[Any] | None, str | None]:
+        store_name = block.directives.get("store")
+        if store_name is None and "body" in block.directives:
+            store_name = "memory"
+        testbed = None
+        if store_name is not None:
+            testbed = await self._testbed(store_name)
+            durable_store = testbed.durable
+            self.namespace.update(
+                url=testbed.url,
+                store=durable_store,
+                checkpointer=durable_store.checkpointer,
+                workflow=WORKFLOW,
+            )
+        for name in filter(None, block.directives.get("setup", "").split(",")):
+            if name not in PRELUDES:
+                raise LookupError(
+                    f"{block.name}: no prelude called {name!r}; the preludes are "
+                    f"{', '.join(sorted(PRELUDES))}"
+                )
+            await PRELUDES[name](Context(self.namespace, testbed, store_name))
+        return testbed, store_name
+
+    async def _testbed(self, name: str) -> Testbed[Any]:
+        if name not in self.testbeds:
+            hook = store_plugin(name).testing
+            if hook is None:
+                raise LookupError(f"the {name} store has no testing hook to run docs against")
+            self.testbeds[name] = await self.stack.enter_async_context(hook(None))
+        return self.testbeds[name]
+
+    async def _one_pass(self, testbed: Testbed[Any] | None) -> None:
+        assert testbed is not None
+        await resume(testbed.durable, WORKFLOW, self.namespace["__docs_body__"])
+
+    def _compile(
+        self, source: str, block: Block, testbed: Testbed[Any] | None, store_name: str | None
+    ) -> CodeType:
+        tree = ast.parse(source, block.name)
+        if testbed is not None and testbed.url is not None and store_name is not None:
+            schemes = store_plugin(store_name).schemes
+            tree = ast.fix_missing_locations(Rewriter(schemes, testbed.url).visit(tree))
+        # Line numbers in tracebacks point into the page.
+        ast.increment_lineno(tree, block.line - (1 if "body" in block.directives else 0))
+        code: CodeType = compile(tree, block.page, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        return code
+
+    # Shell
+
+    def _shell(self, block: Block) -> None:
+        after = block.directives.get("after")
+        if after:
+            self._wait(after, self.background)
+        printed: list[str] = []
+        started: list[Background] = []
+        for line in shell_commands(block.source):
+            code = re.search(r"#\s*exits?\s+(\d+)", line)
+            arguments = shlex.split(line, comments=True)[1:]
+            if arguments[:1] == ["worker"]:
+                started.append(self._start(line, arguments))
+                continue
+            done = subprocess.run(
+                [sys.executable, "-m", "durable.cli", *arguments],
+                cwd=self.directory,
+                env=self.environment,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=PATIENCE,
+                check=False,
+            )
+            wanted = int(code[1]) if code else 0
+            assert done.returncode == wanted, (
+                f"{block.name}: `{line}` exited {done.returncode}, not {wanted}:\n{done.stderr}"
+            )
+            printed.append(done.stdout + done.stderr)
+        self.background.extend(started)
+        expect = block.directives.get("expect")
+        if expect and not any(expect in text for text in printed):
+            self._wait(expect, started, also=printed)
+        _compare_output(block, "".join(printed))
+
+    def _start(self, line: str, arguments: list[str]) -> Background:
+        log = self.directory / f"worker-{len(self.background)}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "durable.cli", *arguments],
+            cwd=self.directory,
+            env=self.environment,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )
+        return Background(line, process, log)
+
+    def _wait(self, text: str, workers: list[Background], also: list[str] | None = None) -> None:
+        deadline = time.monotonic() + PATIENCE
+        while time.monotonic() < deadline:
+            if any(text in worker.text() for worker in workers):
+                return
+            if all(worker.process.poll() is not None for worker in workers):
+                break
+            time.sleep(0.05)
+        logs = "\n".join(f"$ {w.command}\n{w.text()}" for w in workers)
+        raise AssertionError(f"nothing logged {text!r}:\n{logs}\n{''.join(also or [])}")
+
+    # The end of the page
+
+    def finish(self) -> BaseException | None:
+        """Stop the page's workers (SIGTERM; each must exit 0) and remove its stores."""
+        self.finished = True
+        failures: list[str] = []
+        for worker in self.background:
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
+            try:
+                code = worker.process.wait(timeout=PATIENCE)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                code = worker.process.wait()
+            if code != 0:
+                failures.append(f"`{worker.command}` exited {code}:\n{worker.text()}")
+        try:
+            self.runner.run(self.stack.aclose())
+        finally:
+            self.runner.close()
+        for name in [m for m, module in sys.modules.items() if _under(module, self.directory)]:
+            del sys.modules[name]
+        return AssertionError("\n".join(failures)) if failures else None
+
+
+def _under(module: object, directory: Path) -> bool:
+    location = getattr(module, "__file__", None)
+    return isinstance(location, str) and Path(location).is_relative_to(directory)
+
+
+def _compare_output(block: Block, printed: str) -> None:
+    if block.output is None:
+        return
+    shown = [line.rstrip() for line in printed.rstrip("\n").splitlines()]
+    documented = [line.rstrip() for line in block.output.rstrip("\n").splitlines()]
+    assert shown == documented, (
+        f"{block.name} printed\n{printed}\nbut the page shows\n{block.output}"
+    )
+
+
+@contextlib.contextmanager
+def _inside(directory: Path) -> Iterator[None]:
+    """The block's working directory and import path, as a reader's shell would have them."""
+    before = Path.cwd()
+    os.chdir(directory)
+    sys.path.insert(0, str(directory))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(directory))
+        os.chdir(before)
+
+
+@pytest.fixture(scope="session")
+def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PageRun]]:
+    """One run per page, started by its first block and finished by its last."""
+    bytecode = tmp_path_factory.mktemp("bytecode")
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    environment["PYTHONPYCACHEPREFIX"] = str(bytecode)
+    runs: dict[str, PageRun] = {}
+    for block in RUNNING:
+        if block.page not in runs:
+            directory = tmp_path_factory.mktemp(re.sub(r"\W+", "-", block.page))
+            page_environment = dict(environment)
+            page_environment["PYTHONPATH"] = os.pathsep.join(
+                [str(directory), *filter(None, [os.environ.get("PYTHONPATH")])]
+            )
+            blocks = [b for b in RUNNING if b.page == block.page]
+            runs[block.page] = PageRun(block.page, blocks, directory, page_environment)
+    yield runs
+    for run in runs.values():
+        if not run.finished:
+            with contextlib.suppress(Exception):
+                run.finish()
+
+
+@pytest.mark.parametrize("block", RUNNING, ids=[block.name for block in RUNNING])
+def test_the_example_runs(block: Block, page_runs: dict[str, PageRun]) -> None:
+    failure = page_runs[block.page].outcome(block)
+    if isinstance(failure, unittest.SkipTest):
+        pytest.skip(str(failure))
+    if failure is not None:
+        raise failure
+
+
+@pytest.mark.parametrize("path", pages(), ids=[str(p.relative_to(REPO)) for p in pages()])
+def test_every_fence_names_its_language(path: Path) -> None:
+    """An untagged fence would hide a Python example from these tests."""
+    untagged = [block.name for block in read_blocks(path) if not block.language]
+    assert not untagged, f"give these fences a language (```python, ```text, ...): {untagged}"
+
+
+def test_the_readme_set_up_commands_are_the_ones_ci_runs() -> None:
+    """The README promises two commands; CI runs the second, and the hatch env defines both."""
+    readme = next(b for b in ALL_BLOCKS if b.page == "README.md" and b.language in SHELL)
+    commands = [line.split("#")[0].strip() for line in readme.source.splitlines()]
+    assert commands == ["pip install 'hatch>=1.16' && hatch run demo", "hatch run test"]
+    hatch = (REPO / "hatch.toml").read_text(encoding="utf-8")
+    assert re.search(r"^test = ", hatch, re.MULTILINE)
+    assert re.search(r"^demo = ", hatch, re.MULTILINE)
+    assert "hatch run test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
