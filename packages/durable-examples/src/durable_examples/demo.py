@@ -137,7 +137,7 @@ async def _start_worker(number: int, command: list[str], log: Path) -> Worker:
     sink = _open_log(log)
     try:
         process = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink
+            *command, stdin=asyncio.subprocess.PIPE, stdout=sink, stderr=sink
         )
     finally:
         sink.close()
@@ -332,6 +332,7 @@ async def run_demo(
                 url,
                 "--gateway",
                 str(gateway_path),
+                "--with-parent",
             ]
             if GATED[0] in fresh:
                 gate = Gate.arm(data / f"gate-{tag}", *GATED)

@@ -66,6 +66,15 @@ class Operation:
     calls: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """What the gateway decided for one key."""
+
+    amount: int
+    status: str
+    reference: str
+
+
 def card_limit(card: str) -> int | None:
     """The single-charge limit a test card carries in its name (``tok_limit_500``), if any.
 
@@ -109,6 +118,11 @@ class Gateway:
     def _decide(
         self, key: str, kind: str, amount: int, decide: Callable[[sqlite3.Connection], _Answer]
     ) -> dict[str, object]:
+        """Log the request, then answer what ``key`` already holds, or ``decide`` it now.
+
+        One ``BEGIN IMMEDIATE`` transaction, so two processes asking under one key at once
+        take turns, and the second finds the first one's answer.
+        """
         with self._connection() as raw:
             raw.execute("BEGIN IMMEDIATE")
             try:
@@ -195,10 +209,3 @@ class Gateway:
         """How many requests the gateway has answered, all keys together."""
         with self._connection() as raw:
             return int(raw.execute("SELECT count(*) FROM call").fetchone()[0])
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    amount: int
-    status: str
-    reference: str

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -53,17 +54,41 @@ async def run_worker(
     settlement: timedelta = SETTLEMENT,
     grace: timedelta = timedelta(seconds=10),
     stop: asyncio.Event | None = None,
+    with_parent: bool = False,
 ) -> None:
     """Work the payout service on ``url`` until ``stop`` is set (or SIGINT/SIGTERM).
 
     ``liveness`` is how soon this worker's death is noticed by the others (each claim is
     renewed every third of it); ``retry`` is how long a contended, fenced or failed pass
     waits before it is tried again. Both are short here so a demo finishes in seconds.
+    ``with_parent`` also stops it when its standard input closes: a demo's workers then
+    outlive no demo, even one that was itself killed.
     """
     stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    watching = asyncio.ensure_future(_stop_at_end_of_input(stop)) if with_parent else None
+    try:
+        await _work(url, gateway, gate, liveness, retry, settlement, grace, stop)
+    finally:
+        if watching is not None:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+    log.info("payout worker stopped")
+
+
+async def _work(
+    url: str,
+    gateway: Path,
+    gate: Path | None,
+    liveness: timedelta,
+    retry: timedelta,
+    settlement: timedelta,
+    grace: timedelta,
+    stop: asyncio.Event,
+) -> None:
     async with durable.open(url) as store:
         stock = stock_for(store)
         await stock.prepare()
@@ -87,7 +112,22 @@ async def run_worker(
             stop=stop,
             grace=grace,
         )
-    log.info("payout worker stopped")
+
+
+async def _stop_at_end_of_input(stop: asyncio.Event) -> None:
+    """Set ``stop`` once standard input reaches its end (the parent closed it or died)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
+    try:
+        while await reader.read(4096):
+            pass
+    finally:
+        transport.close()
+    log.info("standard input closed (the parent is gone); stopping")
+    stop.set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--liveness", type=_seconds, default=timedelta(seconds=2), metavar="S", help="(2)"
     )
     parser.add_argument("--settlement", type=_seconds, default=SETTLEMENT, metavar="S", help="(2)")
+    parser.add_argument(
+        "--with-parent", action="store_true", help="stop when standard input closes"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -116,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gate=args.gate,
             liveness=args.liveness,
             settlement=args.settlement,
+            with_parent=args.with_parent,
         )
     )
     return 0
