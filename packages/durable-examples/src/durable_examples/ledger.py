@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from durable_examples.gateway import Operation
 from durable_examples.orders import Order
-from durable_examples.service import capture_key
+from durable_examples.service import capture_key, refund_key
 from durable_examples.stock import StockLedger
 
 __all__ = ["Books", "audit", "render"]
@@ -56,7 +56,7 @@ def _audit_order(order: Order, expected: str, books: Books) -> list[str]:
     mine = [op for op in books.operations if op.key.startswith(f"{wid}:")]
     captured = 0
     for line in order.lines:
-        op = ops.get(capture_key(wid, line))
+        op = ops.get(capture_key(wid, line.id))
         if op is None or op.kind != "capture" or op.amount != line.amount:
             failures.append(f"{wid}: line {line.id} should be one capture of {line.amount}: {op}")
         elif op.status == "captured":
@@ -76,8 +76,8 @@ def _audit_order(order: Order, expected: str, books: Books) -> list[str]:
             failures.append(f"{wid}: a compensated order must not be paid out: {payouts}")
         if refunded != captured:
             failures.append(f"{wid}: captured {captured} but refunded {refunded}")
-    known = {capture_key(wid, line) for line in order.lines} | {f"{wid}:payout"}
-    known |= {f"{wid}:refund:{line.id}" for line in order.lines}
+    known = {capture_key(wid, line.id) for line in order.lines} | {f"{wid}:payout"}
+    known |= {refund_key(wid, line.id) for line in order.lines}
     stray = [op.key for op in mine if op.key not in known]
     if stray:
         failures.append(f"{wid}: the gateway holds operations no step makes: {stray}")
@@ -120,7 +120,7 @@ def render(books: Books) -> list[str]:
             f"-> {outcome.get('status', 'unfinished')}"
         )
         for line in order.lines:
-            op = ops.get(capture_key(wid, line))
+            op = ops.get(capture_key(wid, line.id))
             shown = "not captured" if op is None else f"{op.status} {op.amount}"
             calls = "" if op is None else f"  ({_times(op.calls)} asked, decided once)"
             lines.append(

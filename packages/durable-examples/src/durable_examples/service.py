@@ -55,6 +55,7 @@ __all__ = [
     "OrderFailed",
     "capture_key",
     "payout",
+    "refund_key",
 ]
 
 log = logging.getLogger("durable_examples.service")
@@ -86,10 +87,15 @@ class ApprovalRefused(OrderFailed):
         super().__init__(f"order {order!r}: the payout of {total} was not approved")
 
 
-def capture_key(workflow: str, line: Line) -> str:
-    """The gateway idempotency key for capturing ``line``: the workflow and the line's own
-    id, so the same line is the same charge on every pass, and only that line is."""
-    return f"{workflow}:capture:{line.id}"
+def capture_key(workflow: str, line: str) -> str:
+    """The gateway idempotency key for capturing the line with id ``line``: the workflow and
+    the line's own id, so the same line is the same charge on every pass, and only it is."""
+    return f"{workflow}:capture:{line}"
+
+
+def refund_key(workflow: str, line: str) -> str:
+    """The gateway idempotency key for refunding the line with id ``line``."""
+    return f"{workflow}:refund:{line}"
 
 
 def payout(
@@ -111,7 +117,7 @@ def payout(
     """
 
     async def capture(run: Run[E], order: Order, line: Line) -> Capture:
-        key = capture_key(run.workflow, line)
+        key = capture_key(run.workflow, line.id)
 
         async def charge() -> object:
             answer = await gateway.capture(key, line.amount, order.card)
@@ -132,7 +138,7 @@ def payout(
                 run.step(
                     f"refund:{c.line}",
                     lambda c=c: gateway.refund(
-                        f"{run.workflow}:refund:{c.line}", f"{run.workflow}:capture:{c.line}"
+                        refund_key(run.workflow, c.line), capture_key(run.workflow, c.line)
                     ),
                     as_payment,
                 )
