@@ -211,22 +211,6 @@ def workers() -> Iterator[list[Worker]]:
             worker.process.wait()
 
 
-KNOWN_GAPS = {
-    ("redis", "scheduled"): (
-        "RedisStreamScheduler.scheduled() answers only for a sleeping workflow, so one made "
-        "ready reads as not scheduled (Observable: 'possibly already')"
-    ),
-}
-"""Where a store does not yet meet what the command relies on: reported, not hidden. Each
-entry is an expected failure that turns into an XPASS in the summary once it is fixed."""
-
-
-def known_gap(request: pytest.FixtureRequest, store: Store, what: str) -> None:
-    reason = KNOWN_GAPS.get((store.name, what))
-    if reason is not None:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
-
-
 def at(text: str) -> datetime:
     moment = datetime.fromisoformat(text)
     assert moment.tzinfo is not None, f"store time {text!r} carries no timezone"
@@ -284,10 +268,7 @@ async def test_show_is_the_timeline_in_write_order_with_store_times(cli: Cli, st
     assert lines[5].startswith("scheduled: ")
 
 
-async def test_show_reports_a_workflow_made_ready_as_scheduled(
-    cli: Cli, store: Store, request: pytest.FixtureRequest
-) -> None:
-    known_gap(request, store, "scheduled")
+async def test_show_reports_a_workflow_made_ready_as_scheduled(cli: Cli, store: Store) -> None:
     async with durable.open(store.url) as opened:
         await opened.send("wf-1", "go")
 
