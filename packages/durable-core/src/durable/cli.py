@@ -141,7 +141,14 @@ async def _worker(args: argparse.Namespace, out: TextIO) -> int:
         loop.add_signal_handler(sig, stop.set)
     async with durable.open(args.store) as store:
         log.info("worker: %s on %s, %d at once", args.body, args.store, args.limit)
-        options: dict[str, Any] = {"limit": args.limit, "stop": stop, "grace": args.grace}
+        options: dict[str, Any] = {
+            "limit": args.limit,
+            "stop": stop,
+            "grace": args.grace,
+            "poll": args.poll,
+            "tick": args.tick,
+            "retry": args.retry,
+        }
         if args.lease is not None:
             options["liveness"] = args.lease
         await work(store, body, **options)
@@ -284,6 +291,27 @@ def _parser() -> argparse.ArgumentParser:
         default=timedelta(seconds=30),
         metavar="S",
         help="how long passes in flight may finish after a stop signal (30)",
+    )
+    worker.add_argument(
+        "--poll",
+        type=_seconds,
+        default=timedelta(seconds=1),
+        metavar="S",
+        help="longest wait for work before looking again (1)",
+    )
+    worker.add_argument(
+        "--tick",
+        type=_seconds,
+        default=timedelta(seconds=1),
+        metavar="S",
+        help="how often the timer wakes due sleepers (1)",
+    )
+    worker.add_argument(
+        "--retry",
+        type=_seconds,
+        default=timedelta(seconds=5),
+        metavar="S",
+        help="how long a contended, fenced or failed pass is deferred (5)",
     )
     worker.set_defaults(run=_worker)
 

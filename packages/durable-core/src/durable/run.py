@@ -163,6 +163,12 @@ class Run(Generic[E]):
         return self._holder.workflow
 
     @property
+    def checkpointer(self) -> Checkpointer[E]:
+        """The store this pass writes to: what a body needs to build the store's own kind of
+        effect for :meth:`transact` (a Lua effect's keys carry ``hash_key(workflow)``)."""
+        return self._checkpointer
+
+    @property
     def holder(self) -> Pass:
         """The pass this run writes with; every write is fenced by its token."""
         return self._holder
