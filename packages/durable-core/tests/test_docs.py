@@ -430,6 +430,16 @@ class PageRun:
         if "body" in block.directives:
             source = "async def __docs_body__(run):\n" + textwrap.indent(source, "    ")
         testbed, store_name = self.runner.run(self._prepare(block))
+        # Checked before running, so that a function nothing calls is caught too, and a
+        # fragment fails with what it lacks rather than with a NameError halfway through.
+        given = {"run": None} if "body" in block.directives else {}
+        missing = undefined(block.source, self.namespace | given)
+        if missing:
+            raise AssertionError(
+                f"{block.name} uses {', '.join(missing)} but nothing defines "
+                "(define each in the block, or name a prelude that does it: "
+                f"<!-- docs-test: setup=... -->, see {Path(__file__).name})"
+            )
         code = self._compile(source, block, testbed, store_name)
         captured = io.StringIO()
         with contextlib.redirect_stdout(captured):
@@ -440,24 +450,15 @@ class PageRun:
                 self.runner.run(self._one_pass(testbed))
             for check in self.namespace.pop("__docs_checks__", []):
                 self.runner.run(check(self.namespace))
-        given = {"run": None} if "body" in block.directives else {}
-        missing = undefined(block.source, self.namespace | given)
-        if missing:
-            raise AssertionError(
-                f"{block.name} uses {', '.join(missing)} but nothing defines "
-                "(define each in the block, or name a prelude that does it: "
-                f"<!-- docs-test: setup=... -->, see {Path(__file__).name})"
-            )
         _compare_output(block, captured.getvalue())
 
     def _file(self, block: Block) -> None:
         target = self.directory / block.directives["file"]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(block.source, encoding="utf-8")
-        module: dict[str, Any] = {"__name__": target.stem}
-        exec(compile(block.source, str(target), "exec"), module)
-        missing = undefined(block.source, module)
+        missing = undefined(block.source, {"__name__": target.stem})
         assert not missing, f"{block.name} ({target.name}) uses undefined {', '.join(missing)}"
+        exec(compile(block.source, str(target), "exec"), {"__name__": target.stem})
 
     async def _prepare(self, block: Block) -> tuple[Testbed[Any] | None, str | None]:
         store_name = block.directives.get("store")
