@@ -182,20 +182,58 @@ def test_a_hook_that_answers_something_else_is_reported(install: Install) -> Non
     assert "memory" in plugins.stores()
 
 
-def test_a_hook_that_raises_is_reported_and_breaks_no_other_store(
-    install: Install, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_hook_that_raises_is_reported_and_breaks_no_other_store(install: Install) -> None:
     install("fine", plugin("fine"))
-    install("explodes", plugin("explodes"))
+    explodes = types.ModuleType("durable_test_plugin_explodes")
 
-    def raising() -> StorePlugin:
+    @hookimpl
+    def durable_store() -> StorePlugin:
         raise RuntimeError("the server config is missing")
 
-    monkeypatch.setattr(sys.modules["durable_test_plugin_explodes"], "durable_store", raising)
-    plugins._reset_for_tests()
+    vars(explodes)["durable_store"] = durable_store
+    plugins.plugin_manager().register(explodes, name="explodes")
     assert "the server config is missing" in plugins.broken_stores()["explodes"]
     assert {"memory", "fine"} <= set(plugins.stores())
     assert "explodes" not in plugins.stores()
+
+
+def test_a_plugin_registered_after_the_first_look_is_found(install: Install) -> None:
+    assert "late" not in plugins.stores()
+    late = types.ModuleType("durable_test_plugin_late")
+
+    @hookimpl
+    def durable_store() -> StorePlugin:
+        return plugin("late")
+
+    vars(late)["durable_store"] = durable_store
+    plugins.plugin_manager().register(late, name="late")
+    assert plugins.store("late").name == "late"
+    assert plugins.for_url("late://x").name == "late"
+
+
+def test_a_module_without_the_hookimpl_marker_offers_nothing(install: Install) -> None:
+    unmarked = types.ModuleType("durable_test_plugin_unmarked")
+    vars(unmarked)["durable_store"] = lambda: plugin("unmarked")
+    plugins.plugin_manager().register(unmarked, name="unmarked")
+    assert "unmarked" not in plugins.stores()
+
+
+def test_two_distributions_declaring_one_entry_point_name_are_reported(
+    install: Install,
+) -> None:
+    install("twin-ep", plugin("twin-a"))
+    install("twin-ep", plugin("twin-b"))
+    assert (
+        "two distributions declare the entry point 'twin-ep'"
+        in (plugins.broken_stores()["twin-ep"])
+    )
+    assert "twin-a" not in plugins.stores()
+    assert "twin-b" not in plugins.stores()
+
+
+def test_a_bad_answer_is_reported_under_the_plugins_name(install: Install) -> None:
+    install("confused-two", 42)
+    assert "not a StorePlugin" in plugins.broken_stores()["confused-two"]
 
 
 def test_the_loaded_state_is_the_real_one_again_after_an_install_test() -> None:

@@ -174,57 +174,69 @@ class _Loaded:
 
 
 _manager: pluggy.PluginManager | None = None
-_loaded: _Loaded | None = None
+_unloadable: dict[str, str] = {}
 
 
 def plugin_manager() -> pluggy.PluginManager:
     """The process's plugin manager, with every ``durable`` entry point loaded.
 
-    Loaded once and kept: entry points do not change while a process runs. A plugin that
-    fails to import is remembered with its error rather than silently dropped, so that
-    ``durable stores`` and the conformance suite can say why it is missing.
+    Entry points are loaded once and kept: they do not change while a process runs. A
+    plugin that fails to import is remembered with its error rather than silently dropped,
+    and so is a second distribution claiming an entry-point name already taken, so that
+    ``durable stores`` and the conformance suite can say why a store is missing. Plugins
+    registered on the manager later (``plugin_manager().register(module)``) are seen by
+    the next :func:`stores` call.
     """
-    global _manager, _loaded
+    global _manager
     if _manager is None:
         manager = pluggy.PluginManager(PROJECT)
         manager.add_hookspecs(DurableHooks)
-        broken: dict[str, str] = {}
+        unloadable: dict[str, str] = {}
         for ep in importlib.metadata.entry_points(group=PROJECT):
-            if manager.get_plugin(ep.name) is not None:
+            if manager.get_plugin(ep.name) is not None or ep.name in unloadable:
+                taken = manager.get_plugin(ep.name)
+                where = getattr(taken, "__name__", repr(taken))
+                unloadable[ep.name] = (
+                    f"two distributions declare the entry point {ep.name!r} "
+                    f"({where} and {ep.value}); uninstall one"
+                )
                 continue
             try:
                 module = ep.load()
             except Exception as error:  # a broken third-party plugin must not break ours
                 log.warning("store plugin %r (%s) failed to load: %s", ep.name, ep.value, error)
-                broken[ep.name] = f"{type(error).__name__}: {error}"
+                unloadable[ep.name] = f"{type(error).__name__}: {error}"
                 continue
             manager.register(module, name=ep.name)
+        for name in unloadable:
+            if manager.get_plugin(name) is not None:
+                manager.unregister(name=name)
+        _unloadable.clear()
+        _unloadable.update(unloadable)
         _manager = manager
-        _loaded = _collect(manager, broken)
     return _manager
 
 
-def _answers(manager: pluggy.PluginManager, broken: dict[str, str]) -> list[object]:
-    """Ask each plugin on its own, so that one whose hook raises is reported as broken
-    instead of taking every other store down with it."""
-    answers: list[object] = []
-    for name, plugin in manager.list_name_plugin():
-        hook = getattr(plugin, "durable_store", None)
-        if hook is None:
-            continue
+def _answers(manager: pluggy.PluginManager, broken: dict[str, str]) -> list[tuple[str, object]]:
+    """Call each ``@hookimpl`` on its own, so that one that raises is reported as broken
+    instead of taking every other store down with it (a single hook call would stop at the
+    first exception)."""
+    answers: list[tuple[str, object]] = []
+    for impl in manager.hook.durable_store.get_hookimpls():
         try:
-            answers.append(hook())
+            answers.append((impl.plugin_name, impl.function()))
         except Exception as error:
-            log.warning("store plugin %r raised in durable_store(): %s", name, error)
-            broken[name] = f"durable_store() raised {type(error).__name__}: {error}"
+            log.warning("store plugin %r raised in durable_store(): %s", impl.plugin_name, error)
+            broken[impl.plugin_name] = f"durable_store() raised {type(error).__name__}: {error}"
     return answers
 
 
-def _collect(manager: pluggy.PluginManager, broken: dict[str, str]) -> _Loaded:
+def _collect(manager: pluggy.PluginManager) -> _Loaded:
+    broken = dict(_unloadable)
     found: dict[str, StorePlugin] = {}
-    for answer in _answers(manager, broken):
+    for plugin_name, answer in _answers(manager, broken):
         if not isinstance(answer, StorePlugin):
-            broken[str(answer)] = f"durable_store() returned {answer!r}, not a StorePlugin"
+            broken[plugin_name] = f"durable_store() returned {answer!r}, not a StorePlugin"
             continue
         if answer.name in found:
             broken[answer.name] = (
@@ -238,10 +250,19 @@ def _collect(manager: pluggy.PluginManager, broken: dict[str, str]) -> _Loaded:
     return _Loaded(dict(sorted(found.items())), broken)
 
 
+_answered: tuple[frozenset[int], _Loaded] | None = None
+
+
 def _state() -> _Loaded:
-    plugin_manager()
-    assert _loaded is not None
-    return _loaded
+    # Asked again whenever the registered plugins change, which is what lets a plugin
+    # registered after the first look be found, and kept otherwise, so that every lookup
+    # hands back the same StorePlugin objects.
+    global _answered
+    manager = plugin_manager()
+    registered = frozenset(map(id, manager.get_plugins()))
+    if _answered is None or _answered[0] != registered:
+        _answered = (registered, _collect(manager))
+    return _answered[1]
 
 
 def stores() -> dict[str, StorePlugin]:
@@ -300,6 +321,7 @@ async def open(url: str, **options: Any) -> AsyncIterator[Durable[Any]]:
 
 def _reset_for_tests() -> None:
     """Forget what was loaded, so a test that installs a plugin sees it."""
-    global _manager, _loaded
+    global _manager, _answered
     _manager = None
-    _loaded = None
+    _answered = None
+    _unloadable.clear()
