@@ -1,1 +1,121 @@
-"""The pytest plugin (being written; see issue 3)."""
+"""The pytest plugin that certifies a durable store: ``pytest --durable-store=NAME``.
+
+pytest loads this module in every run in every environment where durable-conformance is
+installed (the ``pytest11`` entry point), so it does nothing at all unless asked: it adds
+its options and its marker, and imports neither ``durable`` nor the suite until
+``--durable-store`` or ``--durable-list-stores`` is given. A broken store, or a broken
+durable-core, can then fail a certification run but never anyone else's tests.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from durable_conformance.requirements import MARK
+
+DEFAULT_TIMEOUT = 120.0
+
+pytest.register_assert_rewrite("durable_conformance.suite")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("durable", "durable store conformance (durable-conformance)")
+    group.addoption(
+        "--durable-store",
+        dest="durable_store",
+        metavar="NAME[,NAME...]|all",
+        default=None,
+        help="certify the named installed durable store(s), or every installed one with "
+        "'all': runs the conformance suite instead of this directory's tests (unless paths "
+        "are given too) and ends with a certification table",
+    )
+    group.addoption(
+        "--durable-url",
+        dest="durable_urls",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="a server for the store whose scheme the URL has, instead of the store's testing "
+        "default; repeat for several stores",
+    )
+    group.addoption(
+        "--durable-report",
+        dest="durable_report",
+        metavar="PATH",
+        default=None,
+        help="write the certification (requirement x store, and a verdict per store) as JSON",
+    )
+    group.addoption(
+        "--durable-list-stores",
+        dest="durable_list_stores",
+        action="store_true",
+        default=False,
+        help="list installed durable stores, their versions and capabilities, and any store "
+        "plugin that failed to load; exits non-zero if one did",
+    )
+    group.addoption(
+        "--durable-timeout",
+        dest="durable_timeout",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"fail a conformance test that runs longer than this (default {DEFAULT_TIMEOUT:.0f})",
+    )
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("durable_list_stores"):
+        return None
+    from durable_conformance.stores import list_stores
+
+    return list_stores(sys.stdout)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARK}(id, capability=None): the durable conformance requirement a test proves",
+    )
+    spec = config.getoption("durable_store")
+    if spec is None:
+        for option in ("durable_urls", "durable_report"):
+            if config.getoption(option):
+                name = "--" + option.removesuffix("s").replace("_", "-")
+                raise pytest.UsageError(f"{name} needs --durable-store=NAME")
+        return
+    try:
+        from durable_conformance.certify import Certification
+        from durable_conformance.collect import NODE_PREFIX
+        from durable_conformance.stores import select
+    except ImportError as error:
+        raise pytest.UsageError(
+            f"--durable-store: durable-core could not be imported ({error})"
+        ) from error
+    if getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError(
+            "--durable-store runs in one process: the suite's concurrency tests are about "
+            "timing, and spreading them over workers (-n) would make them prove less; drop -n"
+        )
+    timeout = config.getoption("durable_timeout")
+    if timeout <= 0:
+        raise pytest.UsageError("--durable-timeout must be positive")
+    selection = select(spec, config.getoption("durable_urls"))
+    report = config.getoption("durable_report")
+    selectors = [a for a in config.args if a.replace("\\", "/").startswith(NODE_PREFIX)]
+    given = config.args_source == pytest.Config.ArgsSource.ARGS
+    paths = [a for a in config.args if a not in selectors] if given else []
+    # The suite is added to the session by Certification; what is left of the arguments is
+    # what the user asked for besides, which by default is nothing.
+    config.args[:] = paths
+    config.pluginmanager.register(
+        Certification(
+            selection,
+            timeout=timeout,
+            report_path=Path(report).resolve() if report else None,
+            selectors=selectors,
+        ),
+        "durable-conformance-certification",
+    )

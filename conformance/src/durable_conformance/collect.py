@@ -1,0 +1,260 @@
+"""The suite as pytest nodes, and how one test runs against one store.
+
+The suite is collected by the plugin itself rather than by pytest's file and function
+patterns, so that it runs the same from any directory, inside a project whose own
+``python_files``, ``python_functions`` or ``asyncio_mode`` say something else entirely,
+and without collecting the project's own tests. Each test runs on an event loop of its
+own (``asyncio.Runner``), so no asyncio plugin's mode or loop scope reaches it, inside a
+fresh testbed from the store's ``testing`` hook, and under a timeout, so that a broken
+store fails a test rather than hanging the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import pkgutil
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from _pytest._code import Code, ExceptionInfo
+from _pytest._code.code import Traceback
+from durable.plugins import StorePlugin
+
+from durable_conformance import suite
+from durable_conformance.report import COULD_NOT_RUN, NOT_OFFERED
+from durable_conformance.requirements import (
+    MARK,
+    Requirement,
+    requirement_of,
+    suite_problems,
+    suite_tests,
+)
+from durable_conformance.subject import (
+    CouldNotRun,
+    DeclaredButUnimplemented,
+    NotOffered,
+    StoreUnderTest,
+)
+
+__all__ = ["NODE_PREFIX", "StoreRun", "SuiteCollector", "suite_modules"]
+
+NODE_PREFIX = "durable_conformance/suite"
+"""Every suite test's node id starts with this, wherever the package is installed, so a
+failed test's id can be pasted back onto the command line to run it again."""
+
+SuiteTest = Callable[[StoreUnderTest], Coroutine[Any, Any, None]]
+
+_STARTUP_FAILURES = (OSError, ImportError, TimeoutError, ConnectionError)
+
+
+def suite_modules() -> list[ModuleType]:
+    """Every public module of the suite, imported, in reading order."""
+    names = [i.name for i in pkgutil.iter_modules(suite.__path__) if not i.name.startswith("_")]
+    order = {name: i for i, name in enumerate(suite.READING_ORDER)}
+    names.sort(key=lambda name: (order.get(name, len(order)), name))
+    return [importlib.import_module(f"{suite.__name__}.{name}") for name in names]
+
+
+class StoreRun:
+    """One store in this run: its plugin, where it points, and what it told us so far."""
+
+    def __init__(self, plugin: StorePlugin, url: str | None, timeout: float) -> None:
+        self.plugin = plugin
+        self.url = url
+        self.timeout = timeout
+        self.server: str | None = None
+        self.cannot_start: str | None = None
+        """Why the testing hook could not give a testbed, once it has failed to: every
+        later test of the store could not run for the same reason, and says so at once."""
+
+    @property
+    def name(self) -> str:
+        return self.plugin.name
+
+    def start_once(self) -> None:
+        """Open and close one testbed, for the header's server line and to learn early
+        that the store cannot start at all."""
+        if self.server is not None or self.cannot_start is not None:
+            return
+
+        async def peek() -> None:
+            async with AsyncExitStack() as stack:
+                await self._testbed(stack)
+
+        try:
+            with asyncio.Runner() as runner:
+                runner.run(asyncio.wait_for(peek(), self.timeout))
+        except CouldNotRun:
+            pass
+        except Exception as error:  # the header must not crash the run; the tests will say
+            self.cannot_start = f"the testing hook failed: {type(error).__name__}: {error}"
+
+    async def _testbed(self, stack: AsyncExitStack) -> Any:
+        from durable_conformance.stores import redact
+
+        testing = self.plugin.testing
+        if testing is None:
+            self.cannot_start = (
+                f"store {self.name!r} has no testing hook (StorePlugin.testing), so the suite "
+                "cannot get a fresh, isolated instance of it"
+            )
+        if self.cannot_start is not None:
+            raise CouldNotRun(self.cannot_start)
+        assert testing is not None
+        try:
+            testbed = await stack.enter_async_context(testing(self.url))
+        except pytest.skip.Exception as skipped:
+            self.cannot_start = f"the testing hook skipped: {skipped.msg}"
+            raise CouldNotRun(self.cannot_start) from None
+        except _STARTUP_FAILURES as error:
+            self.cannot_start = (
+                f"the testing hook could not start a testbed: {type(error).__name__}: {error}"
+            )
+            raise CouldNotRun(self.cannot_start) from None
+        if self.server is None:
+            shown = testbed.server or (self.url and redact(self.url))
+            self.server = redact(shown) if shown else "the store's testing default"
+        return testbed
+
+    def run(self, test: SuiteTest, requirement: Requirement, item: SuiteItem) -> None:
+        capability = requirement.capability
+        if capability is not None and capability not in self.plugin.capabilities:
+            item.mark_outcome(NOT_OFFERED)
+            pytest.skip(f"not offered: {self.name} does not declare {capability!r}")
+        try:
+            with asyncio.Runner() as runner:
+                runner.run(self._run(test, requirement, item))
+        except NotOffered as why:
+            item.mark_outcome(NOT_OFFERED)
+            pytest.skip(f"not offered: {why}")
+        except CouldNotRun as why:
+            item.mark_outcome(COULD_NOT_RUN)
+            pytest.skip(f"could not run: {why}")
+        except NotImplementedError as error:
+            if capability is None:
+                raise
+            raise DeclaredButUnimplemented(
+                f"store {self.name!r} declares {capability!r} but raised NotImplementedError "
+                f"proving {requirement.id}: {error}"
+            ) from error
+
+    async def _run(self, test: SuiteTest, requirement: Requirement, item: SuiteItem) -> None:
+        deadline = asyncio.timeout(self.timeout)
+        try:
+            async with deadline, AsyncExitStack() as stack:
+                testbed = await self._testbed(stack)
+                subject = StoreUnderTest(
+                    self.plugin, testbed, url=self.url, warnings_seen=item.warnings_seen
+                )
+                await test(subject)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise AssertionError(
+                f"{requirement.id} did not finish within {self.timeout:.0f} s (--durable-timeout)"
+            ) from None
+
+
+class SuiteCollector(pytest.Collector):
+    """The suite, under the session; one child per suite module."""
+
+    def __init__(self, *, runs: list[StoreRun], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.runs = runs
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        for module in suite_modules():
+            yield SuiteModule.from_parent(
+                self,
+                name=Path(module.__file__ or module.__name__).name,
+                path=Path(module.__file__ or "."),
+                nodeid=f"{NODE_PREFIX}/{Path(module.__file__ or module.__name__).name}",
+                module=module,
+                runs=self.runs,
+            )
+
+
+class SuiteModule(pytest.Collector):
+    """One suite module: each test in it, once per store.
+
+    Not a ``pytest.File``, so that nothing keyed on files (``--lf``'s skipping of files
+    without failures, say) reads its synthetic node id as a path on disk.
+    """
+
+    def __init__(self, *, module: ModuleType, runs: list[StoreRun], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.module = module
+        self.runs = runs
+
+    def collect(self) -> Iterator[pytest.Item]:
+        problems = suite_problems(self.module)
+        if problems:
+            raise self.CollectError("\n".join(problems))
+        for name, test in suite_tests(self.module):
+            found = requirement_of(test)
+            assert found is not None
+            for run in self.runs:
+                yield SuiteItem.from_parent(
+                    self, name=f"{name}[{run.name}]", test=test, requirement=found, run=run
+                )
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, self.CollectError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+
+class SuiteItem(pytest.Item):
+    """One suite test against one store."""
+
+    def __init__(
+        self, *, test: SuiteTest, requirement: Requirement, run: StoreRun, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.test = test
+        self.requirement = requirement
+        self.run = run
+        self.warnings_seen: list[str] = []
+        self.add_marker(
+            getattr(pytest.mark, MARK)(requirement.id, capability=requirement.capability)
+        )
+        self.extra_keyword_matches.update({requirement.id, run.name})
+        self.user_properties.extend(
+            [
+                ("durable_store", run.name),
+                ("durable_requirement", requirement.id),
+                ("durable_capability", requirement.capability),
+            ]
+        )
+
+    def mark_outcome(self, outcome: str) -> None:
+        self.user_properties.append(("durable_outcome", outcome))
+
+    def runtest(self) -> None:
+        try:
+            self.run.run(self.test, self.requirement, self)
+        finally:
+            self.user_properties.extend(("durable_warning", w) for w in self.warnings_seen)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        code = Code.from_function(self.test)
+        return Path(str(code.path)), code.firstlineno, f"{self.name} proves {self.requirement.id}"
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | Any:  # type: ignore[override]
+        if isinstance(excinfo.value, DeclaredButUnimplemented):
+            return f"declared but unimplemented: {excinfo.value}"
+        style = self.config.getoption("tbstyle", "auto")
+        return self._repr_failure_py(excinfo, style="long" if style == "auto" else style)
+
+    def _traceback_filter(self, excinfo: ExceptionInfo[BaseException]) -> Traceback:
+        traceback = excinfo.traceback
+        if self.config.getoption("fulltrace", False):
+            return traceback
+        code = Code.from_function(self.test)
+        cut = traceback.cut(path=code.path, firstlineno=code.firstlineno)
+        return cut.filter(excinfo) if cut else traceback
