@@ -1,0 +1,347 @@
+"""Deliberately broken stores: the memory store with one requirement violated each.
+
+The plugin's own tests install this module, inside a pytester directory, as a distribution
+called ``durable-broken-stores`` whose ``durable`` entry points name the objects below, so
+the suite finds them exactly as it finds a third party's store. Each violation is the
+smallest change to the memory store that breaks one guarantee, written the way a naive
+store would get it wrong, so that the suite must catch it by the requirement it breaks.
+
+They reach into the memory store's internals (``_write``, ``_records``, ``_claims``,
+``_entries``): that is the point, and why they live with the suite's tests rather than
+anywhere a user could reach them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from durable.boundary import check_duration, check_key, check_workflow
+from durable.clock import SystemClock
+from durable.codec import encode_value
+from durable.interfaces import Delivery, Fenced, Pass, Recorded, inbox_key
+from durable.memory import (
+    MemoryCheckpointer,
+    MemoryDurable,
+    MemoryEffect,
+    MemoryProbe,
+    MemoryScheduler,
+    _Claim,
+)
+from durable.plugins import StorePlugin, Testbed, hookimpl
+
+DISTRIBUTION = "durable-broken-stores"
+MEMORY_CAPABILITIES = frozenset({"transact", "atomic-arrive", "enumerate"})
+
+
+# -- checkpointers that break one rule each ------------------------------------------------
+
+
+class Overwrites(MemoryCheckpointer):
+    """A later write replaces the value a key holds (an upsert with DO UPDATE SET)."""
+
+    def _write(self, workflow: str, key: str, encoded: object) -> Recorded:
+        existing = self._records.get(workflow, {}).get(key)
+        if existing is not None:
+            existing.encoded = encoded
+            return Recorded(self.codec.decode(encoded), True)
+        return super()._write(workflow, key, encoded)
+
+
+class NoFence(MemoryCheckpointer):
+    """record writes whatever token the pass carries."""
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        check_key(holder.workflow, key)
+        encoded = encode_value(self.codec, value, workflow=holder.workflow, key=key)
+        await asyncio.sleep(0)
+        return self._write(holder.workflow, key, encoded)
+
+
+class FirstByEquality(MemoryCheckpointer):
+    """first is worked out by comparing the decoded stored value with what went in."""
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        written = await super().record(holder, key, value)
+        return Recorded(written.value, written.value == value)
+
+
+class LosesOrderOnConflict(MemoryCheckpointer):
+    """A losing write rewrites the row, which moves it to the end (a heap-order store)."""
+
+    def _write(self, workflow: str, key: str, encoded: object) -> Recorded:
+        records = self._records.setdefault(workflow, {})
+        existing = records.pop(key, None)
+        if existing is not None:
+            records[key] = existing
+            return Recorded(self.codec.decode(existing.encoded), existing.encoded == encoded)
+        return super()._write(workflow, key, encoded)
+
+
+class RacyMaxAppends(MemoryCheckpointer):
+    """append reads the highest position, then writes the next one, in two round trips."""
+
+    async def append(self, workflow: str, value: object) -> str:
+        check_workflow(workflow)
+        encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
+        await asyncio.sleep(0)
+        position = len(self._records.get(workflow, {}))
+        await asyncio.sleep(0)
+        key = inbox_key(position)
+        self._write(workflow, key, encoded)
+        return key
+
+
+class RestampsHistory(MemoryCheckpointer):
+    """Every write stamps the record with the time, the losing ones too."""
+
+    def _write(self, workflow: str, key: str, encoded: object) -> Recorded:
+        existing = self._records.get(workflow, {}).get(key)
+        if existing is not None:
+            existing.at = self.clock.now()
+        return super()._write(workflow, key, encoded)
+
+
+class DeletesClaimOnDiscard(MemoryCheckpointer):
+    """discard deletes the claim row, so tokens start again from 1. The fence refuses only
+    tokens below the highest issued, as a real store's comparison does, so a pass in flight
+    now outranks the next claim."""
+
+    def _discard_now(self, workflow: str) -> None:
+        self._records.pop(workflow, None)
+        self._claims.pop(workflow, None)
+
+    def _fence(self, holder: Pass, doing: str) -> _Claim:
+        claim = self._claims.get(holder.workflow)
+        if claim is not None and holder.token < claim.token:
+            raise Fenced(f"{holder} was superseded; {doing} refused")
+        return claim if claim is not None else _Claim(holder.token)
+
+
+class PassThrough:
+    """A codec in name only: the value itself is what is stored."""
+
+    def encode(self, value: object) -> object:
+        return value
+
+    def decode(self, encoded: object) -> object:
+        return encoded
+
+
+class SkipsCodec(MemoryCheckpointer):
+    """Values are kept as they came, never crossing the codec."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**{**options, "codec": options.get("codec") or PassThrough()})
+
+
+class LiftsBudget(MemoryCheckpointer):
+    """renew pushes the budget out along with the liveness."""
+
+    async def renew(self, holder: Pass) -> Pass:
+        claim = self._claims.get(holder.workflow)
+        if claim is not None and claim.token == holder.token and claim.budget_until is not None:
+            claim.budget_until = max(claim.budget_until, self.clock.now() + claim.window * 2)
+        return await super().renew(holder)
+
+
+class StaleReleaseFrees(MemoryCheckpointer):
+    """release frees the workflow whoever asks."""
+
+    async def release(self, holder: Pass) -> None:
+        await asyncio.sleep(0)
+        claim = self._claims.get(holder.workflow)
+        if claim is not None:
+            claim.live_until = None
+            claim.budget_until = None
+
+
+class HalfCommits(MemoryCheckpointer):
+    """transact keeps what a failing effect did before it failed."""
+
+    async def transact(self, holder: Pass, key: str, effect: MemoryEffect) -> Recorded:
+        await asyncio.sleep(0)
+        self._fence(holder, f"transact of {key!r}")
+        existing = self._records.get(holder.workflow, {}).get(key)
+        if existing is not None:
+            return Recorded(self.codec.decode(existing.encoded), False)
+        result = effect(self.data)
+        encoded = encode_value(self.codec, result, workflow=holder.workflow, key=key)
+        return self._write(holder.workflow, key, encoded)
+
+
+class TwoWinners(MemoryCheckpointer):
+    """claim checks whether the workflow is free, then takes it, in two round trips."""
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        check_workflow(workflow)
+        check_duration("liveness", liveness, workflow=workflow)
+        check_duration("budget", budget, workflow=workflow)
+        await asyncio.sleep(0)
+        now = self.clock.now()
+        claim = self._claims.get(workflow)
+        if claim is not None and claim.held(now):
+            return None
+        await asyncio.sleep(0)  # the gap between checking and taking
+        latest = self._claims.get(workflow)
+        token = latest.token + 1 if latest is not None else 1
+        self._claims[workflow] = _Claim(token, now + liveness, now + budget, liveness)
+        return Pass(workflow, token)
+
+
+class TransactUnimplemented(MemoryCheckpointer):
+    """Declares transact and does not do it."""
+
+    async def transact(self, holder: Pass, key: str, effect: MemoryEffect) -> Recorded:
+        raise NotImplementedError("transact is coming in a later release")
+
+
+# -- schedulers that break one rule each ---------------------------------------------------
+
+
+class ForgetsWakeupDuringPass(MemoryScheduler):
+    """A make_ready for a workflow whose delivery is out is folded into that delivery, so the
+    delivery's done or wake_at undoes it."""
+
+    def _make_ready_now(self, workflow: str) -> None:
+        entry = self._entries.get(workflow)
+        if entry is not None and entry[1] is not None:
+            return
+        super()._make_ready_now(workflow)
+
+
+class ReinstatesCancelled(MemoryScheduler):
+    """wake_at schedules the workflow whether or not it is still there."""
+
+    async def wake_at(self, delivery: Delivery, when: datetime) -> None:
+        await asyncio.sleep(0)
+        entry = self._entries.get(delivery.workflow)
+        if entry is not None and entry[1] != delivery.receipt:
+            return
+        self._entries[delivery.workflow] = (when, None)
+        self._changed.set()
+
+
+# -- the plugins -------------------------------------------------------------------------------
+
+
+class Broken:
+    """One broken store as a store plugin: an object whose ``durable_store`` hook answers."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        checkpointer: Callable[..., MemoryCheckpointer] = MemoryCheckpointer,
+        scheduler: Callable[..., MemoryScheduler] = MemoryScheduler,
+        capabilities: frozenset[str] = MEMORY_CAPABILITIES,
+        probe: bool = True,
+        testing: bool = True,
+        cannot_start: BaseException | None = None,
+        breaks: str = "",
+    ) -> None:
+        self.name = name
+        self.checkpointer = checkpointer
+        self.scheduler = scheduler
+        self.capabilities = capabilities
+        self.probe = probe
+        self.has_testing = testing
+        self.cannot_start = cannot_start
+        self.breaks = breaks
+
+    def build(self, **options: Any) -> MemoryDurable:
+        clock = options.get("clock") or SystemClock()
+        checkpointer = self.checkpointer(codec=options.get("codec"), clock=clock)
+        scheduler = self.scheduler(lease=options.get("lease", timedelta(seconds=30)), clock=clock)
+        return MemoryDurable(checkpointer, scheduler)
+
+    @asynccontextmanager
+    async def open(self, url: str, **options: Any) -> AsyncIterator[MemoryDurable]:
+        yield self.build(**options)
+
+    @asynccontextmanager
+    async def testing(self, url: str | None, **options: Any) -> AsyncIterator[Testbed[Any]]:
+        if self.cannot_start is not None:
+            raise self.cannot_start
+        durable = self.build(**options)
+
+        @asynccontextmanager
+        async def reopen() -> AsyncIterator[MemoryDurable]:
+            yield MemoryDurable(durable.checkpointer, durable.scheduler)
+
+        yield Testbed(
+            durable=durable,
+            reopen=reopen,
+            probe=MemoryProbe(durable.checkpointer) if self.probe else None,
+            server=f"process memory, deliberately broken: {self.breaks}",
+        )
+
+    @hookimpl
+    def durable_store(self) -> StorePlugin:
+        return StorePlugin(
+            name=self.name,
+            schemes=(self.name,),
+            open=self.open,
+            capabilities=self.capabilities,
+            testing=self.testing if self.has_testing else None,
+            distribution=DISTRIBUTION,
+            description=self.breaks,
+        )
+
+
+OVERWRITES = Broken("overwrites", checkpointer=Overwrites, breaks="overwrites a record")
+NO_FENCE = Broken("no-fence", checkpointer=NoFence, breaks="no fence on record")
+FIRST_BY_EQUALITY = Broken(
+    "first-by-equality", checkpointer=FirstByEquality, breaks="reports first by equality"
+)
+LOSES_ORDER = Broken(
+    "loses-order", checkpointer=LosesOrderOnConflict, breaks="loses order on conflict"
+)
+RACY_APPENDS = Broken(
+    "racy-appends", checkpointer=RacyMaxAppends, breaks="numbers appends from a racy max"
+)
+RESTAMPS = Broken("restamps", checkpointer=RestampsHistory, breaks="stamps history on every write")
+DELETES_CLAIM = Broken(
+    "deletes-claim", checkpointer=DeletesClaimOnDiscard, breaks="deletes the claim on discard"
+)
+SKIPS_CODEC = Broken("skips-codec", checkpointer=SkipsCodec, breaks="skips the codec round trip")
+FORGETS_WAKEUP = Broken(
+    "forgets-wakeup",
+    scheduler=ForgetsWakeupDuringPass,
+    breaks="forgets a make_ready during a pass",
+)
+REINSTATES = Broken(
+    "reinstates", scheduler=ReinstatesCancelled, breaks="reinstates a cancelled workflow"
+)
+LIFTS_BUDGET = Broken("lifts-budget", checkpointer=LiftsBudget, breaks="renew lifts the budget")
+STALE_RELEASE = Broken(
+    "stale-release", checkpointer=StaleReleaseFrees, breaks="a stale release frees the claim"
+)
+HALF_COMMITS = Broken(
+    "half-commits", checkpointer=HalfCommits, breaks="a failing transact keeps its effect"
+)
+TWO_WINNERS = Broken("two-winners", checkpointer=TwoWinners, breaks="claim checks, then takes")
+
+# Not broken in a guarantee, but in what they say about themselves.
+UNDECLARED_TRANSACT = Broken(
+    "undeclared-transact",
+    capabilities=frozenset({"atomic-arrive", "enumerate"}),
+    breaks="implements transact without declaring it",
+)
+NO_PROBE = Broken("no-probe", probe=False, breaks="declares transact, gives no probe")
+UNIMPLEMENTED = Broken(
+    "unimplemented-transact",
+    checkpointer=TransactUnimplemented,
+    breaks="declares transact, raises NotImplementedError",
+)
+NO_SERVER = Broken(
+    "no-server",
+    cannot_start=ConnectionRefusedError(111, "Connection refused (127.0.0.1:1)"),
+    breaks="its server is not running",
+)
+NO_TESTING = Broken("no-testing", testing=False, breaks="has no testing hook")
+NOTHING_MORE = Broken("nothing-more", breaks="nothing: the memory store under another name")
+SAME_NAME = Broken("nothing-more", breaks="a second plugin calling itself nothing-more")

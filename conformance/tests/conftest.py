@@ -1,0 +1,113 @@
+"""The plugin's own tests: pytester projects with deliberately broken stores installed.
+
+A project here is a pytester directory holding ``durable_broken_stores`` (this folder's
+``broken_stores.py``) and a ``durable-broken-stores`` distribution whose ``durable`` entry
+points name its stores, so the suite discovers them through ``durable.plugins`` exactly as
+it would a third party's. ``durable.plugins`` loads entry points once per process, so the
+project resets it on the way in and out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import durable.plugins
+
+# Imported up front so that pytester's sys.modules snapshot keeps one copy of each between
+# the in-process runs.
+import durable_conformance.certify  # noqa: F401
+import pytest
+from durable_conformance.collect import suite_modules
+
+suite_modules()
+
+HERE = Path(__file__).parent
+
+BROKEN = {
+    "overwrites": "OVERWRITES",
+    "no-fence": "NO_FENCE",
+    "first-by-equality": "FIRST_BY_EQUALITY",
+    "loses-order": "LOSES_ORDER",
+    "racy-appends": "RACY_APPENDS",
+    "restamps": "RESTAMPS",
+    "deletes-claim": "DELETES_CLAIM",
+    "skips-codec": "SKIPS_CODEC",
+    "forgets-wakeup": "FORGETS_WAKEUP",
+    "reinstates": "REINSTATES",
+    "lifts-budget": "LIFTS_BUDGET",
+    "stale-release": "STALE_RELEASE",
+    "half-commits": "HALF_COMMITS",
+    "two-winners": "TWO_WINNERS",
+    "undeclared-transact": "UNDECLARED_TRANSACT",
+    "no-probe": "NO_PROBE",
+    "unimplemented-transact": "UNIMPLEMENTED",
+    "no-server": "NO_SERVER",
+    "no-testing": "NO_TESTING",
+    "nothing-more": "NOTHING_MORE",
+}
+"""Entry point name -> object in durable_broken_stores."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Not ``pytest_plugins``: that is refused in a conftest below the rootdir whenever it is
+    # loaded late (``pytest .`` from the root).
+    if not config.pluginmanager.has_plugin("pytester"):
+        config.pluginmanager.import_plugin("pytester")
+
+
+class Project:
+    """A pytester directory with the broken stores installed."""
+
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        self.pytester = pytester
+        self.report_path = pytester.path / "certification.json"
+        pytester.makepyfile(durable_broken_stores=(HERE / "broken_stores.py").read_text())
+        self.dist = pytester.path / "durable_broken_stores-0.0.1.dist-info"
+        self.dist.mkdir()
+        (self.dist / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: durable-broken-stores\nVersion: 0.0.1\n"
+        )
+        self.entry_points = {name: f"durable_broken_stores:{obj}" for name, obj in BROKEN.items()}
+        self._write_entry_points()
+        pytester.syspathinsert()
+
+    def _write_entry_points(self) -> None:
+        lines = "".join(f"{name} = {target}\n" for name, target in self.entry_points.items())
+        (self.dist / "entry_points.txt").write_text(f"[durable]\n{lines}")
+        importlib.invalidate_caches()
+        durable.plugins._reset_for_tests()
+
+    def install(self, **entry_points: str) -> None:
+        """Add ``name=module:object`` entry points to the project's distribution."""
+        self.entry_points.update(entry_points)
+        self._write_entry_points()
+
+    def run(self, *args: str) -> pytest.RunResult:
+        durable.plugins._reset_for_tests()
+        try:
+            return self.pytester.runpytest("-p", "no:cacheprovider", *args)
+        finally:
+            durable.plugins._reset_for_tests()
+
+    @staticmethod
+    def outcomes(report: dict[str, Any], store: str) -> dict[str, str | None]:
+        """Requirement id -> outcome for ``store``, from a JSON report."""
+        return {r["id"]: r["outcomes"][store] for r in report["requirements"]}
+
+    def certify(self, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+        """Run the suite with ``args`` and return the result and its JSON report."""
+        if self.report_path.exists():
+            self.report_path.unlink()
+        result = self.run(f"--durable-report={self.report_path}", *args)
+        assert self.report_path.exists(), result.stdout.str()[-3000:]
+        return result, json.loads(self.report_path.read_text())
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> Iterator[Project]:
+    yield Project(pytester)
+    durable.plugins._reset_for_tests()

@@ -1,0 +1,159 @@
+"""The suite catches each deliberately broken store, by the requirement it breaks.
+
+Each broken store is the memory store with one guarantee violated (see broken_stores.py).
+The suite runs against it over the areas the violation touches, and must fail it on the
+requirement broken, fail nothing it has no business failing, and refuse to certify it.
+The real memory store, run through the same machinery, is certified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Case:
+    store: str
+    breaks: str
+    selects: str
+    """A ``-k`` expression over the areas the violation touches (run alone for speed; the
+    whole suite fails these stores the same way)."""
+    also: frozenset[str] = frozenset()
+    """Other requirements the same violation rightly fails."""
+
+
+CASES = [
+    Case(
+        "overwrites",
+        "record.first-writer-wins",
+        "test_record or test_supply or test_order",
+        frozenset(
+            {
+                "record.never-overwrites",
+                "record.first-by-encoding",
+                "record.one-winner-under-concurrency",
+                "supply.first-writer-wins",
+                "supply.shares-first-writer-wins-with-record",
+                "supply.one-winner-under-concurrency",
+                "order.losing-write-moves-nothing",
+                "order.survives-what-breaks-naive-stores",
+            }
+        ),
+    ),
+    Case(
+        "no-fence",
+        "fencing.stale-record",
+        "test_fencing or test_release or test_discard",
+        frozenset(
+            {
+                "fencing.across-handles",
+                "release.refuses-the-released-pass",
+                "discard.refuses-the-pass-in-flight",
+                "discard.claimable-at-once-outranking",
+                "durable.discard-discards-and-cancels",
+            }
+        ),
+    ),
+    Case(
+        "first-by-equality",
+        "record.first-by-encoding",
+        "test_record or test_graph",
+        frozenset({"graph.refuses-an-unfaithful-node"}),
+    ),
+    Case(
+        "loses-order",
+        "order.losing-write-moves-nothing",
+        "test_order or test_history",
+        frozenset({"order.survives-what-breaks-naive-stores"}),
+    ),
+    Case(
+        "racy-appends",
+        "append.concurrent-appends-all-land",
+        "test_append or test_durable_send",
+        frozenset({"append.key-order-is-load-order", "durable.send-appends-and-readies"}),
+    ),
+    Case("restamps", "history.replay-does-not-restamp", "test_history"),
+    Case(
+        "deletes-claim",
+        "discard.claimable-at-once-outranking",
+        "test_discard or test_tokens or test_durable_discard",
+        frozenset(
+            {
+                "discard.refuses-the-pass-in-flight",
+                "tokens.strictly-increase",
+                "durable.discard-discards-and-cancels",
+            }
+        ),
+    ),
+    Case(
+        "skips-codec",
+        "codec.round-trip-on-the-writing-pass",
+        "test_codec or test_record or test_supply",
+        frozenset(
+            {
+                "codec.refused-values-write-nothing",
+                "record.first-by-encoding",
+                "supply.first-writer-wins",
+            }
+        ),
+    ),
+    Case(
+        "forgets-wakeup",
+        "scheduler.make-ready-during-a-pass-survives",
+        "test_scheduler_a_wakeup or test_scheduler_a_stale or test_durable_arrive",
+        frozenset({"scheduler.receipts-tell-deliveries-apart", "durable.arrive-during-a-pass"}),
+    ),
+    Case(
+        "reinstates",
+        "scheduler.cancelled-is-not-reinstated",
+        "test_scheduler_wake_at or test_scheduler_a_cancelled or test_scheduler_cancel",
+    ),
+    Case("lifts-budget", "renew.never-lifts-budget", "test_renew or test_claim"),
+    Case(
+        "stale-release",
+        "release.stale-frees-nothing",
+        "test_release or test_claim",
+        frozenset({"release.refuses-the-released-pass"}),
+    ),
+    Case("half-commits", "transact.failing-effect-leaves-neither", "test_transact"),
+    Case("two-winners", "claim.one-winner", "test_claim"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.store for c in CASES])
+def test_a_broken_store_fails_on_the_requirement_it_breaks(project: Any, case: Case) -> None:
+    result, report = project.certify(f"--durable-store={case.store}", "-k", case.selects)
+    found = project.outcomes(report, case.store)
+    failed = {r for r, o in found.items() if o == "failed"}
+    assert found[case.breaks] == "failed", (
+        f"{case.store} breaks {case.breaks}, which the suite reported {found[case.breaks]}\n"
+        + result.stdout.str()[-4000:]
+    )
+    assert failed <= {case.breaks} | case.also, (
+        f"{case.store} also failed {sorted(failed - {case.breaks} - case.also)}"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    entry = report["stores"][case.store]
+    assert entry["certified"] is False
+    assert case.breaks in entry["failed"]
+    result.stdout.fnmatch_lines([f"{case.store} 0.0.1: NOT CERTIFIED, *failed: *{case.breaks}*"])
+
+
+def test_the_ten_named_in_the_issue_are_all_here() -> None:
+    named = {
+        "overwrites",
+        "no-fence",
+        "first-by-equality",
+        "loses-order",
+        "racy-appends",
+        "restamps",
+        "deletes-claim",
+        "skips-codec",
+        "forgets-wakeup",
+        "reinstates",
+    }
+    assert named <= {c.store for c in CASES}
+    assert len({c.breaks for c in CASES}) == len(CASES), "two broken stores break one thing"

@@ -1,0 +1,299 @@
+"""The plugin as a store author and a CI job meet it: options, discovery, the table, the
+verdicts, the JSON report, and the exit status that a skip cannot turn green."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from durable_conformance import suite
+
+ONE_TEST = "test_claim_exactly_one_of_many_concurrent_claims_wins"
+
+
+def test_the_memory_store_is_certified_by_the_whole_suite(project: Any) -> None:
+    """The reference store passes everything it owes and everything it declares, and what
+    does not apply to it (another process, a cluster) is not offered, not failed."""
+    result, report = project.certify("--durable-store=memory")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    entry = report["stores"]["memory"]
+    assert entry["certified"] is True
+    assert entry["verdict"] == "CERTIFIED"
+    assert entry["complete"] is True
+    assert entry["failed"] == []
+    assert entry["could_not_run"] == []
+    assert entry["required"]["passed"] == entry["required"]["total"] > 50
+    assert entry["offered"]["passed"] == entry["offered"]["total"] > 0
+    assert set(entry["not_offered"]) == {
+        "durability.visible-to-another-process",
+        "cluster.workflows-on-every-shard",
+    }
+    found = project.outcomes(report, "memory")
+    assert set(found.values()) == {"passed", "not offered"}
+    summary = entry["summary"]
+    assert summary.startswith("memory ")
+    assert ": CERTIFIED, " in summary
+    result.stdout.fnmatch_lines(
+        [
+            "durable-conformance *, durable-core *",
+            "durable store memory: durable-core *; capabilities: atomic-arrive, enumerate, "
+            "transact; server: process memory",
+            "*= durable conformance =*",
+            "requirement * capability * memory",
+            "claim.one-winner * passed",
+            "cluster.workflows-on-every-shard * cluster * not offered",
+            f"{summary}",
+        ]
+    )
+
+
+def test_the_json_report_names_versions_stores_and_every_test(project: Any) -> None:
+    result, report = project.certify("--durable-store=memory,nothing-more", "-k", ONE_TEST)
+    assert result.ret == pytest.ExitCode.OK
+    assert report["durable_conformance"]
+    assert report["durable_core"]
+    assert set(report["stores"]) == {"memory", "nothing-more"}
+    third_party = report["stores"]["nothing-more"]
+    assert third_party["distribution"] == "durable-broken-stores"
+    assert third_party["version"] == "0.0.1"
+    assert third_party["capabilities"] == ["atomic-arrive", "enumerate", "transact"]
+    assert third_party["server"].startswith("process memory")
+    assert third_party["certified"] is False
+    assert third_party["complete"] is False
+    assert "partial run" in third_party["summary"]
+    (claim,) = [r for r in report["requirements"] if r["id"] == "claim.one-winner"]
+    assert claim["capability"] is None
+    assert claim["statement"].startswith("Of many concurrent claims")
+    assert claim["outcomes"] == {"memory": "passed", "nothing-more": "passed"}
+    (test,) = claim["tests"]["memory"]
+    assert test["nodeid"] == f"durable_conformance/suite/claim.py::{ONE_TEST}[memory]"
+    assert test["outcome"] == "passed"
+    assert test["duration"] >= 0
+    fencing = next(r for r in report["requirements"] if r["id"] == "fencing.stale-record")
+    assert fencing["outcomes"] == {"memory": None, "nothing-more": None}
+
+
+def test_k_selects_by_area_and_the_table_shows_only_what_ran(project: Any) -> None:
+    result = project.run("--durable-store=memory", "-k", "fencing", "-v")
+    assert result.ret == pytest.ExitCode.OK
+    ran = [line for line in result.outlines if " PASSED" in line or " SKIPPED" in line]
+    assert ran
+    assert all("::test_fencing_" in line for line in ran), ran
+    table = result.stdout.str().split("durable conformance")[1]
+    assert "fencing.stale-record" in table
+    assert "claim.one-winner" not in table
+    result.stdout.fnmatch_lines(["memory *: NOT CERTIFIED, *; partial run: *"])
+
+
+def test_a_failed_tests_node_id_can_be_passed_back(project: Any) -> None:
+    nodeid = f"durable_conformance/suite/claim.py::{ONE_TEST}[memory]"
+    result = project.run("--durable-store=memory,nothing-more", nodeid)
+    result.assert_outcomes(passed=1)
+
+
+def test_not_offered_is_reported_and_undeclared_transact_warned(project: Any) -> None:
+    """A store that does not declare transact has its transact requirements reported not
+    offered (not failed, not passed), is warned that it implements transact all the same,
+    and the run passes."""
+    result, report = project.certify(
+        "--durable-store=undeclared-transact", "-k", "test_transact or test_capabilities"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    found = project.outcomes(report, "undeclared-transact")
+    transact = {r: o for r, o in found.items() if r.startswith("transact.")}
+    assert transact
+    assert set(transact.values()) == {"not offered"}
+    assert found["capabilities.transact-as-declared"] == "passed"
+    entry = report["stores"]["undeclared-transact"]
+    assert any("implements transact" in w for w in entry["warnings"]), entry["warnings"]
+    assert set(transact) <= set(entry["not_offered"])
+    result.stdout.fnmatch_lines(
+        [
+            "transact.once-across-passes * transact * not offered",
+            "undeclared-transact 0.0.1: NOT CERTIFIED, * (1 warning)",
+            "    warning: implements transact *",
+        ]
+    )
+
+
+def test_declared_but_unimplemented_is_a_failure(project: Any) -> None:
+    """A store that declares transact and gives no probe, or raises NotImplementedError, is
+    failed on every transact requirement, not excused."""
+    stores = "no-probe,unimplemented-transact"
+    result, report = project.certify(f"--durable-store={stores}", "-k", "test_transact")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    for store in stores.split(","):
+        found = project.outcomes(report, store)
+        transact = {r: o for r, o in found.items() if r.startswith("transact.")}
+        assert transact, store
+        assert set(transact.values()) == {"failed"}, (store, transact)
+    result.stdout.fnmatch_lines(
+        [
+            "*declared but unimplemented: store 'no-probe' declares 'transact' but its "
+            "testing hook gives no probe*",
+            "*declared but unimplemented: store 'unimplemented-transact' declares 'transact' "
+            "but raised NotImplementedError*",
+        ]
+    )
+
+
+def test_a_store_that_could_not_run_is_not_certified_and_fails_the_run(project: Any) -> None:
+    """A store whose server is down, or which has no testing hook, could not run: that is
+    neither a pass nor a skip to shrug at, and the run exits non-zero with no test failed."""
+    result, report = project.certify(
+        "--durable-store=no-server,no-testing", "-k", "test_claim or test_fencing"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.parseoutcomes().get("failed", 0) == 0
+    for store in ("no-server", "no-testing"):
+        found = project.outcomes(report, store)
+        ran = {o for o in found.values() if o is not None}
+        assert ran == {"could not run"}, (store, ran)
+        assert report["stores"][store]["could_not_run"]
+    result.stdout.fnmatch_lines(
+        [
+            "durable store no-server: *server: could not start (the testing hook could not "
+            "start a testbed: ConnectionRefusedError: *",
+            "claim.one-winner * could not run * could not run",
+            "no-server 0.0.1: NOT CERTIFIED, 0 of *; could not run: claim.one-winner, *",
+        ]
+    )
+
+
+def test_an_unknown_store_fails_at_once_naming_the_installed_ones(project: Any) -> None:
+    result = project.run("--durable-store=mystore")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: no store is called 'mystore'; installed stores: *memory (durable-core *)*"]
+    )
+    assert "collected" not in result.stdout.str()
+
+
+def test_a_store_plugin_that_fails_to_import_is_reported_with_its_error(project: Any) -> None:
+    project.pytester.makepyfile(
+        durable_broken_import="raise ImportError('its driver, libfoo, is not installed')"
+    )
+    project.install(**{"import-fails": "durable_broken_import"})
+    listed = project.run("--durable-list-stores")
+    assert listed.ret == 1
+    listed.stdout.fnmatch_lines(
+        ["  import-fails: BROKEN: ImportError: its driver, libfoo, is not installed"]
+    )
+    named = project.run("--durable-store=import-fails")
+    assert named.ret == pytest.ExitCode.USAGE_ERROR
+    named.stderr.fnmatch_lines(
+        ["ERROR: store 'import-fails' is installed but broken: ImportError: its driver*"]
+    )
+    result, report = project.certify("--durable-store=all", "-k", ONE_TEST)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, "a broken plugin left the run green"
+    assert report["broken"] == {"import-fails": "ImportError: its driver, libfoo, is not installed"}
+    result.stdout.fnmatch_lines(
+        ["durable store import-fails: BROKEN: ImportError*", "import-fails: BROKEN: ImportError*"]
+    )
+
+
+def test_two_store_plugins_with_one_name_are_an_error(project: Any) -> None:
+    project.install(**{"nothing-more-again": "durable_broken_stores:SAME_NAME"})
+    result = project.run("--durable-store=nothing-more")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: store 'nothing-more' is installed but broken: two plugins name themselves*"]
+    )
+
+
+def test_list_stores_names_versions_schemes_and_capabilities(project: Any) -> None:
+    result = project.run("--durable-list-stores")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["durable stores (durable-core *):"])
+    result.stdout.fnmatch_lines(
+        ["  memory * durable-core * memory://  [[]atomic-arrive, enumerate, transact]*"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "  undeclared-transact * durable-broken-stores 0.0.1  undeclared-transact://  "
+            "[[]atomic-arrive, enumerate]*"
+        ]
+    )
+    assert "collected" not in result.stdout.str()
+
+
+def test_durable_url_must_name_a_selected_store(project: Any) -> None:
+    result = project.run("--durable-store=memory", "--durable-url=redis://:hunter2@host:6379")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --durable-url 'redis://:***@host:6379': no selected store opens redis:// URLs*"]
+    )
+    assert "hunter2" not in result.stderr.str()
+    alone = project.run("--durable-url=memory://")
+    assert alone.ret == pytest.ExitCode.USAGE_ERROR
+    alone.stderr.fnmatch_lines(["ERROR: --durable-url needs --durable-store=NAME"])
+
+
+def test_a_suite_test_without_a_requirement_stops_collection(
+    project: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suite module with a test that names no requirement is a collection error: a new
+    test can never run ungated and missing from the table."""
+    extra = project.pytester.mkdir("more_suite")
+    (extra / "unmarked.py").write_text(
+        "from durable_conformance.subject import StoreUnderTest\n\n"
+        "async def test_unmarked_forgot_its_marker(store: StoreUnderTest) -> None:\n"
+        "    pass\n"
+    )
+    monkeypatch.setattr(suite, "__path__", [*suite.__path__, str(extra)])
+    monkeypatch.delitem(sys.modules, f"{suite.__name__}.unmarked", raising=False)
+    result = project.run("--durable-store=memory", "-k", ONE_TEST)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*durable_conformance.suite.unmarked.test_unmarked_forgot_its_marker carries no "
+            "@requirement(...)*"
+        ]
+    )
+    sys.modules.pop(f"{suite.__name__}.unmarked", None)
+
+
+def test_without_durable_store_the_plugin_does_nothing(project: Any) -> None:
+    project.pytester.makepyfile(test_mine="def test_mine():\n    assert True\n")
+    result = project.run("-v")
+    result.assert_outcomes(passed=1)
+    assert "durable conformance" not in result.stdout.str()
+    assert "durable-conformance" not in "\n".join(result.outlines[:6]).split("plugins:")[0]
+
+
+def test_loading_the_plugin_imports_no_store_machinery() -> None:
+    probe = (
+        "import sys, durable_conformance.plugin\n"
+        "print(sorted(m for m in sys.modules if m == 'durable' or m.startswith('durable.')))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "[]", ran.stdout
+
+
+def test_the_projects_own_tests_run_only_when_their_paths_are_given(project: Any) -> None:
+    project.pytester.makepyfile(test_mine="def test_mine():\n    assert True\n")
+    alone = project.run("--durable-store=memory", "-k", f"{ONE_TEST} or test_mine")
+    alone.assert_outcomes(passed=1)
+    both = project.run("--durable-store=memory", "-k", f"{ONE_TEST} or test_mine", "test_mine.py")
+    both.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("mode", ["strict", "auto"])
+def test_a_projects_own_pytest_settings_do_not_hide_or_break_the_suite(
+    project: Any, mode: str
+) -> None:
+    """The suite is collected by the plugin and run on its own event loop, so a project's
+    python_files, python_functions and asyncio_mode change nothing."""
+    project.pytester.makeini(
+        "[pytest]\n"
+        "python_files = check_*.py\n"
+        "python_functions = check_*\n"
+        f"asyncio_mode = {mode}\n"
+        "asyncio_default_fixture_loop_scope = function\n"
+    )
+    result = project.run("--durable-store=memory", "-k", "test_claim or test_run_a_recorded_step")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    outcomes = result.parseoutcomes()
+    assert outcomes == {"passed": 6, "deselected": outcomes["deselected"]}, outcomes
