@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 from durable.plugins import CAPABILITIES
-from durable_conformance import requirement
+from durable_conformance import Requirement, requirement
 from durable_conformance.collect import suite_modules
 from durable_conformance.report import Result, Results, StoreFacts
 from durable_conformance.requirements import requirement_of, suite_problems, suite_tests
@@ -24,13 +24,13 @@ def test_every_suite_test_carries_a_requirement_and_is_named_for_its_area(
     assert list(suite_tests(module)), f"{module.__name__} holds no test"
 
 
+def _requirements() -> list[Requirement]:
+    found = [requirement_of(test) for module in MODULES for _, test in suite_tests(module)]
+    return [r for r in found if r is not None]
+
+
 def test_every_requirement_is_gated_on_a_known_capability_or_none() -> None:
-    gates = {
-        found.capability
-        for module in MODULES
-        for _, test in suite_tests(module)
-        if (found := requirement_of(test)) is not None
-    }
+    gates = {found.capability for found in _requirements()}
     assert gates - {None} <= set(CAPABILITIES)
 
 
@@ -43,12 +43,7 @@ def test_every_requirement_has_a_statement() -> None:
 
 
 def test_the_suite_covers_every_area_of_the_contract() -> None:
-    areas = {
-        found.area
-        for module in MODULES
-        for _, test in suite_tests(module)
-        if (found := requirement_of(test)) is not None
-    }
+    areas = {found.area for found in _requirements()}
     assert {
         "claim",
         "tokens",

@@ -34,6 +34,7 @@ from durable_conformance.requirements import (
     suite_problems,
     suite_tests,
 )
+from durable_conformance.stores import redact
 from durable_conformance.subject import (
     CouldNotRun,
     DeclaredButUnimplemented,
@@ -95,8 +96,6 @@ class StoreRun:
             self.cannot_start = f"the testing hook failed: {type(error).__name__}: {error}"
 
     async def _testbed(self, stack: AsyncExitStack) -> Any:
-        from durable_conformance.stores import redact
-
         testing = self.plugin.testing
         if testing is None:
             self.cannot_start = (

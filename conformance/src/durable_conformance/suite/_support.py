@@ -8,6 +8,7 @@ exact amounts. Every wait is bounded, so a broken store fails a test instead of 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
@@ -72,27 +73,26 @@ async def superseded(cp: Checkpointer[Any], workflow: str) -> tuple[Pass, Pass]:
     return stale, newer
 
 
-async def fenced(call: Awaitable[object], what: str) -> Fenced:
-    """Await ``call``, which must be refused with ``Fenced``; ``what`` names it."""
-    try:
-        result = await call
-    except Fenced as refused:
-        return refused
-    raise AssertionError(f"{what} was not refused with Fenced; it returned {result!r}")
-
-
-async def refusal(
-    call: Callable[[], Awaitable[object]],
+async def raised(
+    call: Awaitable[object] | Callable[[], Awaitable[object]],
     what: str,
-    refused: type[BaseException] | tuple[type[BaseException], ...] = (TypeError, ValueError),
+    expected: type[BaseException] | tuple[type[BaseException], ...] = (TypeError, ValueError),
 ) -> BaseException:
-    """Call ``call``, which must raise ``refused`` (a caller's mistake, by default); the
-    error is returned for the test to read. ``what`` names the call in the failure."""
+    """Await ``call`` (or what calling it returns, so that a store refusing before its
+    first await is caught too), which must raise ``expected``: by default the errors a
+    caller's mistake gets. The error is returned for the test to read; ``what`` names it."""
     try:
-        result = await call()
-    except refused as error:
+        result = await (call if inspect.isawaitable(call) else call())
+    except expected as error:
         return error
-    raise AssertionError(f"{what} was accepted (returned {result!r}); it must be refused")
+    raise AssertionError(f"{what} was not refused; it returned {result!r}")
+
+
+async def fenced(call: Awaitable[object], what: str) -> Fenced:
+    """Await ``call``, which must be refused with ``Fenced``."""
+    error = await raised(call, what, Fenced)
+    assert isinstance(error, Fenced)
+    return error
 
 
 async def tick(schedulers: list[Scheduler]) -> None:

@@ -16,7 +16,7 @@ from durable.interfaces import INBOX_PREFIX
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
-from durable_conformance.suite._support import LONG, claimed, delivered_during, refusal
+from durable_conformance.suite._support import LONG, claimed, delivered_during, raised
 
 NON_POSITIVE = [timedelta(0), timedelta(seconds=-1)]
 
@@ -36,7 +36,7 @@ async def test_boundary_non_positive_durations_are_refused_and_claim_nothing(
             "budget": partial(cp.claim, wf, liveness=LONG, budget=bad),
         }
         for name, call in claims.items():
-            refused = await refusal(call, f"claim with {name}={bad!r}")
+            refused = await raised(call, f"claim with {name}={bad!r}")
             assert wf in str(refused), (
                 f"claim with {name}={bad!r} was refused without naming {wf!r}"
             )
@@ -45,7 +45,7 @@ async def test_boundary_non_positive_durations_are_refused_and_claim_nothing(
             f"reclaim(idle={bad!r})": partial(scheduler.reclaim, bad),
         }
         for name, call in waits.items():
-            await refusal(call, name)
+            await raised(call, name)
     holder = await claimed(cp, wf)
     assert (await cp.record(holder, "k", 1)).first
 
@@ -60,8 +60,8 @@ async def test_boundary_only_append_may_write_under_the_inbox_prefix(
     wf = store.workflow()
     holder = await claimed(cp, wf)
     forged = f"{INBOX_PREFIX}00000000000000000000"
-    await refusal(lambda: cp.record(holder, forged, "forged"), f"record of {forged!r}")
-    await refusal(lambda: cp.supply(wf, forged, "forged"), f"supply of {forged!r}")
-    await refusal(lambda: store.durable.arrive(wf, forged, "forged"), f"arrive of {forged!r}")
+    await raised(lambda: cp.record(holder, forged, "forged"), f"record of {forged!r}")
+    await raised(lambda: cp.supply(wf, forged, "forged"), f"supply of {forged!r}")
+    await raised(lambda: store.durable.arrive(wf, forged, "forged"), f"arrive of {forged!r}")
     assert await cp.load(wf) == {}
     assert await delivered_during(store.scheduler, 0.3) == []

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
-from durable_conformance.suite._support import claimed, delivered_during, refusal
+from durable_conformance.suite._support import claimed, delivered_during, raised
 
 
 class TaggingCodec:
@@ -151,7 +151,7 @@ async def test_codec_a_value_the_codec_refuses_writes_nothing(store: StoreUnderT
 
     for value in _unencodable():
         for name, write in writes(value).items():
-            refused = await refusal(write, f"{name} of the unencodable {value!r}")
+            refused = await raised(write, f"{name} of the unencodable {value!r}")
             assert wf in str(refused), f"{name} of {value!r} refused without naming {wf!r}"
             if name in ("record", "supply", "arrive"):
                 assert "step" in str(refused), f"{name} refused without naming the key"
@@ -173,5 +173,5 @@ async def test_codec_a_custom_codecs_refusal_writes_nothing(store: StoreUnderTes
             lambda: cp.append(wf, "forbidden value"),
         ]
         for write in writes:
-            await refusal(write, "a value the custom codec refuses")
+            await raised(write, "a value the custom codec refuses")
         assert await cp.load(wf) == {}

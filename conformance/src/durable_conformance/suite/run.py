@@ -15,29 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durable.interfaces import INBOX_PREFIX, Contended, Fenced, Swallowed
+from durable.parsers import exactly
 from durable.run import Blocked, DuplicateKey, Finished, Run, Sleeping, resume
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
-from durable_conformance.suite._support import PATIENCE, claimed, refusal
-
-
-def as_int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected an int, got {value!r}")
-    return value
-
-
-def as_str(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a str, got {value!r}")
-    return value
-
-
-def as_list(value: object) -> list[object]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {value!r}")
-    return value
+from durable_conformance.suite._support import PATIENCE, claimed, raised
 
 
 @requirement("run.step-runs-once")
@@ -55,8 +38,8 @@ async def test_run_a_recorded_step_is_not_run_again_on_any_later_pass(
         return ("ch_1", 10)
 
     async def body(run: Run[Any]) -> list[object]:
-        charged = await run.step("charged", charge, as_list)
-        shipped = await run.step("shipped", lambda: "parcel-1", as_str)
+        charged = await run.step("charged", charge, exactly(list))
+        shipped = await run.step("shipped", lambda: "parcel-1", exactly(str))
         return [charged, shipped]
 
     async with store.handles(2) as handles:
@@ -76,7 +59,7 @@ async def test_run_transact_moves_the_store_once_however_often_the_workflow_runs
     probe = store.probe
 
     async def body(run: Run[Any]) -> int:
-        return await run.transact("reserved", probe.bump(wf, "stock"), as_int)
+        return await run.transact("reserved", probe.bump(wf, "stock"), exactly(int))
 
     outcomes = [await resume(store.durable, wf, body) for _ in range(10)]
     assert outcomes == [Finished(1)] * 10
@@ -93,7 +76,7 @@ async def test_run_awaiting_blocks_until_a_value_arrives_then_returns_it(
     wf = store.workflow()
 
     async def body(run: Run[Any]) -> str:
-        return await run.awaiting("approval", as_str)
+        return await run.awaiting("approval", exactly(str))
 
     assert await resume(d, wf, body) == Blocked(("approval",))
     await d.arrive(wf, "approval", "yes")
@@ -139,7 +122,7 @@ async def test_run_receive_takes_inbox_messages_in_order_once_and_by_reference(
     wf = store.workflow()
 
     async def body(run: Run[Any]) -> list[str]:
-        return [await run.receive(f"message-{i}", as_str) for i in range(3)]
+        return [await run.receive(f"message-{i}", exactly(str)) for i in range(3)]
 
     await d.send(wf, "first")
     assert await resume(d, wf, body) == Blocked(("message-1",))
@@ -164,20 +147,22 @@ async def test_run_a_fan_out_of_waits_reports_each_and_a_swallowed_one_is_refuse
     wf, swallowing = store.workflow(), store.workflow("swallowing")
 
     async def fan_out(run: Run[Any]) -> list[str]:
-        a, b = await asyncio.gather(run.awaiting("a", as_str), run.awaiting("b", as_str))
+        a, b = await asyncio.gather(
+            run.awaiting("a", exactly(str)), run.awaiting("b", exactly(str))
+        )
         return [a, b]
 
     async def swallow(run: Run[Any]) -> str:
         await asyncio.gather(
-            run.awaiting("a", as_str), run.awaiting("b", as_str), return_exceptions=True
+            run.awaiting("a", exactly(str)), run.awaiting("b", exactly(str)), return_exceptions=True
         )
         return "finished?"
 
     outcome = await resume(store.durable, wf, fan_out)
     assert isinstance(outcome, Blocked), outcome
     assert sorted(outcome.keys) == ["a", "b"], outcome
-    refused = await refusal(
-        lambda: resume(store.durable, swallowing, swallow),
+    refused = await raised(
+        resume(store.durable, swallowing, swallow),
         "a body that swallowed its waits and returned",
         Swallowed,
     )
@@ -191,15 +176,10 @@ async def test_run_two_steps_under_one_key_in_one_pass_are_refused(store: StoreU
     wf = store.workflow()
 
     async def body(run: Run[Any]) -> None:
-        await run.step("charged", lambda: 1, as_int)
-        await run.step("charged", lambda: 2, as_int)
+        await run.step("charged", lambda: 1, exactly(int))
+        await run.step("charged", lambda: 2, exactly(int))
 
-    try:
-        await resume(store.durable, wf, body)
-    except DuplicateKey:
-        pass
-    else:
-        raise AssertionError("a second step under one key in one pass was allowed")
+    await raised(resume(store.durable, wf, body), "a second step under one key", DuplicateKey)
     assert await store.checkpointer.load(wf) == {"charged": 1}
 
 
@@ -213,12 +193,7 @@ async def test_resume_of_a_workflow_another_pass_holds_is_contended(store: Store
     async def body(run: Run[Any]) -> None:
         ran.append(run.holder)
 
-    try:
-        await resume(store.durable, wf, body)
-    except Contended:
-        pass
-    else:
-        raise AssertionError("resume ran a workflow another pass holds")
+    await raised(resume(store.durable, wf, body), "resume of a held workflow", Contended)
     assert ran == []
 
 
@@ -233,10 +208,10 @@ async def test_resume_stops_a_pass_whose_workflow_was_discarded_under_it(
     late_writes: list[object] = []
 
     async def body(run: Run[Any]) -> None:
-        await run.step("first", lambda: 1, as_int)
+        await run.step("first", lambda: 1, exactly(int))
         started.set()
         await asyncio.sleep(PATIENCE)
-        late_writes.append(await run.step("second", lambda: 2, as_int))
+        late_writes.append(await run.step("second", lambda: 2, exactly(int)))
 
     async def discard_when_started() -> None:
         await started.wait()
@@ -244,11 +219,11 @@ async def test_resume_stops_a_pass_whose_workflow_was_discarded_under_it(
 
     discarding = asyncio.create_task(discard_when_started())
     try:
-        await resume(store.durable, wf, body, liveness=timedelta(seconds=0.6))
-    except Fenced:
-        pass
-    else:
-        raise AssertionError("a pass whose workflow was discarded under it ran to the end")
+        await raised(
+            resume(store.durable, wf, body, liveness=timedelta(seconds=0.6)),
+            "a pass whose workflow was discarded under it",
+            Fenced,
+        )
     finally:
         await discarding
     assert late_writes == []

@@ -13,7 +13,7 @@ import asyncio
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
-from durable_conformance.suite._support import claimed
+from durable_conformance.suite._support import claimed, raised
 
 PASSES = 10
 
@@ -78,12 +78,11 @@ async def test_transact_an_effect_that_fails_leaves_neither_its_move_nor_a_recor
     probe = store.probe
     wf = store.workflow()
     holder = await claimed(cp, wf)
-    try:
-        await cp.transact(holder, "reserved", probe.bump_then_fail(wf, "stock"))
-    except Exception:
-        pass
-    else:
-        raise AssertionError("a transact whose effect failed did not raise")
+    await raised(
+        cp.transact(holder, "reserved", probe.bump_then_fail(wf, "stock")),
+        "a transact whose effect fails",
+        Exception,
+    )
     assert await probe.count(wf, "stock") == 0, "half a failed commit was left: the move"
     assert "reserved" not in await cp.load(wf), "half a failed commit was left: the record"
     written = await cp.transact(holder, "reserved", probe.bump(wf, "stock"))

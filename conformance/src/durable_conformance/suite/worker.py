@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from durable.interfaces import Durable
+from durable.parsers import exactly
 from durable.run import Run
 from durable.worker import work
 
@@ -33,12 +34,6 @@ QUICK: dict[str, Any] = {
 }
 
 Body = Callable[[Run[Any]], Awaitable[object]]
-
-
-def as_str(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a str, got {value!r}")
-    return value
 
 
 @contextlib.asynccontextmanager
@@ -81,13 +76,13 @@ async def test_worker_every_workflow_sent_to_it_finishes_once(store: StoreUnderT
     ran: Counter[str] = Counter()
 
     async def body(run: Run[Any]) -> None:
-        message = await run.receive("order", as_str)
+        message = await run.receive("order", exactly(str))
 
         async def effect() -> str:
             ran[run.workflow] += 1
             return f"did {message}"
 
-        await run.step("finished", effect, as_str)
+        await run.step("finished", effect, exactly(str))
 
     async with working(store.durable, body, limit=8):
         await asyncio.gather(*(store.durable.send(wf, f"order for {wf}") for wf in workflows))
@@ -106,10 +101,10 @@ async def test_worker_a_sleeping_workflow_wakes_and_a_blocked_one_runs_when_its_
     async def body(run: Run[Any]) -> None:
         if run.workflow == sleeper:
             await run.sleep("nap", timedelta(seconds=0.5))
-            await run.step("finished", lambda: "woke", as_str)
+            await run.step("finished", lambda: "woke", exactly(str))
         else:
-            approval = await run.awaiting("approval", as_str)
-            await run.step("finished", lambda: approval, as_str)
+            approval = await run.awaiting("approval", exactly(str))
+            await run.step("finished", lambda: approval, exactly(str))
 
     async with working(store.durable, body):
         await store.durable.scheduler.make_ready(sleeper)
@@ -132,7 +127,7 @@ async def test_worker_a_failing_pass_is_answered_and_retried(store: StoreUnderTe
         attempts[run.workflow] += 1
         if attempts[run.workflow] < 3:
             raise RuntimeError("the gateway timed out, this time")
-        await run.step("finished", lambda: "done", as_str)
+        await run.step("finished", lambda: "done", exactly(str))
 
     async with working(store.durable, body):
         await store.durable.scheduler.make_ready(wf)
@@ -158,7 +153,7 @@ async def test_worker_a_worker_cancelled_mid_pass_leaves_the_workflow_for_anothe
 
         async def second_body(run: Run[Any]) -> None:
             passes["second"] += 1
-            await run.step("finished", lambda: "by the second worker", as_str)
+            await run.step("finished", lambda: "by the second worker", exactly(str))
 
         halt = asyncio.Event()  # only for a worker that ignores its cancellation
         first = asyncio.create_task(
@@ -204,7 +199,7 @@ async def test_worker_two_workers_on_two_handles_never_run_one_workflow_at_once(
             overlaps.append(run.workflow)
         try:
             await asyncio.sleep(0.05)
-            await run.step("finished", lambda: "done", as_str)
+            await run.step("finished", lambda: "done", exactly(str))
         finally:
             running[run.workflow] -= 1
 
