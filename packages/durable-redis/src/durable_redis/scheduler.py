@@ -21,6 +21,7 @@ The three keys share one hash tag of their own, so on a cluster the queue is one
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -55,6 +56,19 @@ def epoch_ms(moment: datetime) -> int:
     """An aware moment as whole epoch milliseconds (floored, so a deadline equal to a
     timer's ``now`` is due at that ``now``)."""
     return (moment - EPOCH) // _MS
+
+
+def _still_wanted() -> None:
+    """Raise ``CancelledError`` if this task was cancelled during the last call.
+
+    redis-py can lose a cancellation that lands while a command is being sent or its reply
+    read, and hand back a reply as if nothing happened (a known class of bug in its asyncio
+    client). A worker cancelled there would go on to take work it will never answer for, so
+    after every call that hands out work, ask the task itself whether it was cancelled.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class RedisStreamScheduler:
@@ -157,6 +171,7 @@ class RedisStreamScheduler:
         then a blocking read for up to ``within``."""
         check_duration("within", within)
         taken = await self._take(self._lease, True, "next_ready")
+        _still_wanted()
         if taken is not None:
             return taken
         for attempt in (1, 2):
@@ -176,6 +191,7 @@ class RedisStreamScheduler:
                 raise self._translated(error, "next_ready") from error
             except DRIVER_ERRORS as error:
                 raise self._translated(error, "next_ready") from error
+        _still_wanted()
         if not read:
             return None
         _, entries = read[0]
@@ -186,7 +202,9 @@ class RedisStreamScheduler:
     async def reclaim(self, idle: timedelta) -> Delivery | None:
         """Take over one delivery whose taker has been silent for ``idle`` (``XAUTOCLAIM``)."""
         check_duration("idle", idle)
-        return await self._take(idle, False, "reclaim")
+        taken = await self._take(idle, False, "reclaim")
+        _still_wanted()
+        return taken
 
     def _answer_args(self, delivery: Delivery, when: str) -> tuple[str, ...]:
         entry, _, deliveries = delivery.receipt.rpartition("/")
