@@ -104,7 +104,7 @@ class Certification:
             run.start_once()
             plugin = run.plugin
             capabilities = ", ".join(sorted(plugin.capabilities)) or "none"
-            server = run.server or f"could not start ({run.cannot_start})"
+            server = run.server or f"could not start ({run.cannot_start or run.start_error})"
             lines.append(
                 f"durable store {plugin.name}: {describe(plugin)}; capabilities: {capabilities}; "
                 f"server: {server}"

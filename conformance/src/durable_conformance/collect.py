@@ -69,6 +69,7 @@ class StoreRun:
         self.url = url
         self.timeout = timeout
         self.server: str | None = None
+        self.start_error: str | None = None
         self.cannot_start: str | None = None
         """Why the testing hook could not give a testbed, once it has failed to: every
         later test of the store could not run for the same reason, and says so at once."""
@@ -80,7 +81,7 @@ class StoreRun:
     def start_once(self) -> None:
         """Open and close one testbed, for the header's server line and to learn early
         that the store cannot start at all."""
-        if self.server is not None or self.cannot_start is not None:
+        if self.server or self.cannot_start or self.start_error:
             return
 
         async def peek() -> None:
@@ -91,9 +92,11 @@ class StoreRun:
             with asyncio.Runner() as runner:
                 runner.run(asyncio.wait_for(peek(), self.timeout))
         except CouldNotRun:
-            pass
-        except Exception as error:  # the header must not crash the run; the tests will say
-            self.cannot_start = f"the testing hook failed: {type(error).__name__}: {error}"
+            pass  # cannot_start says why, and every test will say so too
+        except Exception as error:
+            # The header must not crash the run. A hook that fails for another reason is not
+            # a missing server: its tests run and fail with the traceback.
+            self.start_error = f"{type(error).__name__}: {error}"
 
     async def _testbed(self, stack: AsyncExitStack) -> Any:
         testing = self.plugin.testing
