@@ -79,6 +79,8 @@ VARIANTS: dict[str, list[tuple[str, str | None]]] = {
     # commit) and NORMAL (durable across a process crash; the commit is a thread hop and
     # a write to the WAL, so what the store adds shows most there).
     "sqlite": [("sqlite", None), ("sqlite/normal", "sqlite://?synchronous=normal")],
+    # Redis on one node and on a Redis Cluster the testing hook starts on loopback ports.
+    "redis": [("redis", None), ("redis/cluster", "redis+cluster://")],
 }
 
 

@@ -444,8 +444,10 @@ async def open_memory(url: str = "memory://", **options: Any) -> AsyncIterator[M
 
 
 @asynccontextmanager
-async def _testing(url: str | None) -> AsyncIterator[Testbed[MemoryEffect]]:
-    durable = MemoryDurable()
+async def _testing(url: str | None, **options: Any) -> AsyncIterator[Testbed[MemoryEffect]]:
+    """A fresh memory store per testbed; ``options`` (``codec``, ``clock``, ``lease``) are
+    handed to :class:`MemoryDurable`, as a real store's testing hook hands them to its open."""
+    durable = MemoryDurable(**options)
 
     @asynccontextmanager
     async def reopen() -> AsyncIterator[MemoryDurable]:

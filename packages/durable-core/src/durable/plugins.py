@@ -117,7 +117,10 @@ class Testbed(Generic[E]):
 
 
 Opener = Callable[..., AbstractAsyncContextManager[Durable[Any]]]
-TestingHook = Callable[[str | None], AbstractAsyncContextManager[Testbed[Any]]]
+TestingHook = Callable[..., AbstractAsyncContextManager[Testbed[Any]]]
+"""``testing(url, **options)``: ``url`` is a server to use (or ``None`` for the store's own
+default); ``options`` such as ``codec=`` and ``lease=`` open the testbed's store with them,
+where the store accepts them."""
 
 
 @dataclass(frozen=True)
