@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from durable.interfaces import INBOX_PREFIX
 
-__all__ = ["check_duration", "check_key", "check_workflow"]
+__all__ = ["check_duration", "check_key", "check_workflow", "shown"]
 
 
 def check_workflow(workflow: object) -> str:
@@ -44,3 +44,10 @@ def check_duration(name: str, value: object, *, workflow: str | None = None) -> 
     if value <= timedelta(0):
         raise ValueError(f"{where}{name} must be positive, got {value!r}")
     return value
+
+
+def shown(value: object, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for an error message that names a value
+    without copying a megabyte of it into a log."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -17,6 +17,8 @@ import math
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
+from durable.boundary import shown
+
 __all__ = ["CheckpointCodec", "JsonCodec", "UnencodableValue", "encode_value"]
 
 Encoded = TypeVar("Encoded")
@@ -43,11 +45,8 @@ class UnencodableValue(TypeError):
         self.workflow = workflow
         self.key = key
         self.value = value
-        shown = repr(value)
-        if len(shown) > 200:
-            shown = shown[:200] + "..."
         super().__init__(
-            f"workflow {workflow!r}, key {key!r}: the store's codec cannot encode {shown}: "
+            f"workflow {workflow!r}, key {key!r}: the store's codec cannot encode {shown(value)}: "
             f"{reason}; return a value the codec accepts (JsonCodec takes None, bool, int, "
             "finite float, str, list, tuple and dict with str keys) or configure another codec"
         )

@@ -23,7 +23,7 @@ from typing import Any, Generic, Never, TypeVar, cast
 
 from typing_extensions import TypeVar as DefaultTypeVar
 
-from durable.boundary import check_duration, check_key, check_workflow
+from durable.boundary import check_duration, check_key, check_workflow, shown
 from durable.clock import Clock, SystemClock
 from durable.interfaces import (
     INBOX_PREFIX,
@@ -105,12 +105,9 @@ class ParseFailed(ValueError):
         self.workflow = workflow
         self.key = key
         self.value = value
-        shown = repr(value)
-        if len(shown) > 200:
-            shown = shown[:200] + "..."
         super().__init__(
             f"workflow {workflow!r}, key {key!r}: the parser refused the stored value "
-            f"{shown}: {type(error).__name__}: {error}"
+            f"{shown(value)}: {type(error).__name__}: {error}"
         )
 
 

@@ -7,6 +7,7 @@ which are ``ValueError`` and ``TypeError`` like the core's own boundary checks.
 
 from __future__ import annotations
 
+from durable.boundary import shown
 from durable.codec import UnencodableValue
 from durable.interfaces import StoreError
 
@@ -83,13 +84,10 @@ class UnstorableValue(UnencodableValue):
         self.workflow = workflow
         self.key = key
         self.value = value
-        shown = repr(value)
-        if len(shown) > 200:
-            shown = shown[:200] + "..."
         TypeError.__init__(
             self,
             f"workflow {workflow!r}, key {key!r}: Postgres cannot store the encoding of "
-            f"{shown}: {reason}; nothing was written. Return a value without it, or use a "
+            f"{shown(value)}: {reason}; nothing was written. Return a value without it, or use a "
             "codec whose output escapes it (JsonCodec escapes NUL, but passes lone surrogates "
             "through)",
         )
