@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -354,6 +355,30 @@ def _check_version(raw: sqlite3.Connection) -> None:
         )
 
 
+def _into_wal(raw: sqlite3.Connection, busy_timeout: timedelta) -> object:
+    """Put the file in WAL mode, waiting out a concurrent opener.
+
+    A file already in WAL needs nothing (and the check takes no lock). Switching does: when
+    two processes open a new file at once, one converting while the other reads, SQLite
+    answers ``database is locked`` at once instead of calling the busy handler (that is how
+    it avoids a deadlock between the two), so the switch is retried here until the busy
+    timeout has passed.
+    """
+    mode = raw.execute("PRAGMA journal_mode").fetchone()[0]
+    if str(mode).lower() == "wal":
+        return mode
+    give_up = time.monotonic() + busy_timeout.total_seconds()
+    pause = 0.001
+    while True:
+        try:
+            return raw.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= give_up:
+                raise
+        time.sleep(pause)  # on the connection's own thread, never the event loop's
+        pause = min(pause * 2, 0.05)
+
+
 def _configure(synchronous: Synchronous, busy_timeout: timedelta, raw: sqlite3.Connection) -> None:
     if sqlite3.sqlite_version_info < _MINIMUM_SQLITE:
         raise StoreError(
@@ -373,7 +398,7 @@ def _configure(synchronous: Synchronous, busy_timeout: timedelta, raw: sqlite3.C
     _check_tables(raw)
     if _file_of(raw) == ":memory:":
         raise DatabaseRefused(IN_MEMORY)
-    mode = raw.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    mode = _into_wal(raw, busy_timeout)
     if str(mode).lower() != "wal":
         raise DatabaseRefused(
             f"{_file_of(raw)} could not be put in WAL mode (SQLite kept {mode!r}); "
