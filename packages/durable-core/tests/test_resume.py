@@ -13,21 +13,11 @@ import pytest
 from durable.clock import ManualClock
 from durable.interfaces import Contended, Fenced
 from durable.memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
+from durable.parsers import exactly as expect
 from durable.run import Blocked, Finished, Run, Sleeping, resume
 
 T = TypeVar("T")
 WORKFLOW = "wf-payout-1"
-
-
-def expect(kind: type[T]) -> Callable[[object], T]:
-    """A parser that accepts exactly ``kind``."""
-
-    def parse(value: object) -> T:
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {kind.__name__}, got {value!r}")
-        return value
-
-    return parse
 
 
 @pytest.fixture

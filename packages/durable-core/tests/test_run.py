@@ -13,6 +13,7 @@ import pytest
 from durable.clock import ManualClock
 from durable.interfaces import INBOX_PREFIX, Swallowed
 from durable.memory import MemoryDurable, MemoryEffect
+from durable.parsers import exactly as expect
 from durable.run import (
     RECEIVE_FIELD,
     Blocked,
@@ -26,17 +27,6 @@ from durable.run import (
 
 T = TypeVar("T")
 WORKFLOW = "wf-order-1"
-
-
-def expect(kind: type[T]) -> Callable[[object], T]:
-    """A parser that accepts exactly ``kind``."""
-
-    def parse(value: object) -> T:
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {kind.__name__}, got {value!r}")
-        return value
-
-    return parse
 
 
 @pytest.fixture
