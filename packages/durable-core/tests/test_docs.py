@@ -25,20 +25,31 @@ Directives (several may share one comment):
     The block is the inside of a workflow body: it becomes ``async def body(run)`` and runs
     one pass with ``resume`` against the block's store. It may use ``run``, ``workflow``,
     ``store`` (the ``Durable``) and ``checkpointer``.
-``store=NAME``
-    Run against a fresh store of the named installed store (``memory``, ``sqlite``,
+``store=NAME[,NAME...]``
+    Run against a fresh store of each named installed store (``memory``, ``sqlite``,
     ``postgres``, ``redis``), from that store's own testing hook, so that it is isolated and
     removed afterwards, and skipped with the hook's reason when its server does not answer.
-    The name ``url`` reaches it, and every string literal in the block that is a URL of the
-    same scheme is pointed at it (its own query options kept, the isolation options the
-    store needs added). Without ``store=``, a body runs against the memory store.
+    An entry with ``://`` is a URL for the hook of the store that opens it, naming the
+    server to use (``redis+cluster://``, with no host, has the redis hook start a throwaway
+    cluster). The names ``url`` and ``store`` reach the first entry's testbed. Every string
+    literal in the block that is a URL of a testbed's store is pointed at it (at the first
+    such testbed of its kind: a cluster URL only at a cluster, any other only at a single
+    server), its own query options kept and the testbed's added. Those are the isolation
+    options (postgres's ``schema``, redis's ``prefix``); code that builds its own pool or
+    client passes them as keywords instead, so a keyword argument naming one with a string
+    literal (``migrate(pool, schema="orders_wf")``) gets the testbed's value, and the option
+    is left out of every URL literal of the block, which then names the server alone, as
+    psycopg and redis-py want. Such a block must therefore not also count on a URL literal
+    for its isolation, nor have two testbeds with that option. Without ``store=``, a body
+    runs against the memory store.
 ``file=PATH``
     Write the block to ``PATH`` in the page's directory instead of running it (a module a
     later command imports, such as the workflow a ``durable worker`` runs). It must compile
     and define every name it uses.
 ``skip reason="..."``
-    Do not run it; the reason is reported as the skip. For blocks that need something the
-    tests cannot provide (a server at a named host, a Redis Cluster); use sparingly.
+    Do not run it; the reason is reported as the skip. For a block that needs something the
+    tests cannot provide; use sparingly (a server at a named host is not one: ``store=``
+    points its URL at a testbed).
 
 For a ```` ```bash ```` block, only lines that start with ``durable`` run (``pip`` and the
 like do not); each runs as ``python -m durable.cli ...`` in the page's directory, with that
@@ -71,7 +82,7 @@ import textwrap
 import time
 import tomllib
 import unittest
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -82,7 +93,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import durable
 import pytest
 from durable.clock import ManualClock
-from durable.plugins import Testbed
+from durable.plugins import StorePlugin, Testbed, for_url
 from durable.plugins import store as store_plugin
 from durable.run import Blocked, Finished, Sleeping, resume
 
@@ -323,25 +334,94 @@ PRELUDES: dict[str, Prelude] = {
 # --- running a page --------------------------------------------------------------------
 
 
-class Rewriter(ast.NodeTransformer):
-    """Points every URL literal of one scheme at the block's store."""
+def store_entry(entry: str) -> tuple[StorePlugin, str | None]:
+    """The store an entry of ``store=`` names, and the URL its testing hook is handed: an
+    entry with ``://`` is a URL, for the store that opens it; any other is a store's name."""
+    if "://" in entry:
+        return for_url(entry), entry
+    return store_plugin(entry), None
 
-    def __init__(self, schemes: tuple[str, ...], target: str) -> None:
-        self.schemes = schemes
-        self.target = urlsplit(target)
+
+@dataclass(frozen=True)
+class Target:
+    """A testbed that URL literals may be pointed at: its store's schemes and its URL."""
+
+    schemes: tuple[str, ...]
+    url: str
+
+
+class Rewriter(ast.NodeTransformer):
+    """Points every URL literal of a block at the testbed of its store, and every isolation
+    option the block passes as a keyword at the testbed's value (see ``store=`` above)."""
+
+    def __init__(self, targets: Sequence[Target]) -> None:
+        self.targets = [(target.schemes, urlsplit(target.url)) for target in targets]
+        self.isolation: dict[str, list[str]] = {}
+        """Each isolation option (a query option of a testbed's URL): its value in each."""
+        for _, parts in self.targets:
+            for name, value in parse_qsl(parts.query):
+                self.isolation.setdefault(name, []).append(value)
+        self.given: set[str] = set()
+        """The isolation options this block passes as keywords, left out of its URLs."""
+
+    def rewrite(self, tree: ast.Module) -> ast.Module:
+        # Found before anything is rewritten: a URL literal usually comes before the
+        # keyword that sets its option (a pool's URL, then migrate(pool, schema=...)).
+        self.given = {
+            node.arg
+            for node in ast.walk(tree)
+            if isinstance(node, ast.keyword)
+            and node.arg is not None
+            and self._isolating(node) is not None
+        }
+        visited = self.visit(tree)
+        assert isinstance(visited, ast.Module)
+        return ast.fix_missing_locations(visited)
+
+    def _isolating(self, node: ast.keyword) -> str | None:
+        """The testbed's value for ``node``, if it sets an isolation option to a literal."""
+        if (
+            node.arg not in self.isolation
+            or not isinstance(node.value, ast.Constant)
+            or not isinstance(node.value.value, str)
+        ):
+            return None
+        values = self.isolation[node.arg]
+        if len(set(values)) > 1:
+            raise ValueError(
+                f"{node.arg}={node.value.value!r} could mean the {node.arg} of any of the "
+                f"block's testbeds ({', '.join(values)}); give the block one store with a "
+                f"{node.arg}, or set it in its URLs"
+            )
+        return values[0]
+
+    def visit_keyword(self, node: ast.keyword) -> ast.keyword:
+        value = self._isolating(node)
+        if value is None:
+            self.generic_visit(node)
+            return node
+        return ast.copy_location(ast.keyword(node.arg, ast.Constant(value)), node)
 
     def visit_Constant(self, node: ast.Constant) -> ast.Constant:
         own = urlsplit(node.value) if isinstance(node.value, str) else None
+        if own is None or not own.scheme:
+            return node
         # A cluster URL stays a cluster URL: pointing it at one node would test something else.
-        if (
-            own is not None
-            and own.scheme in self.schemes
-            and own.scheme.endswith("+cluster") == self.target.scheme.endswith("+cluster")
-        ):
-            query = dict(parse_qsl(own.query)) | dict(parse_qsl(self.target.query))
-            url = urlunsplit(self.target._replace(query=urlencode(query)))
-            return ast.copy_location(ast.Constant(url), node)
-        return node
+        cluster = own.scheme.endswith("+cluster")
+        target = next(
+            (
+                parts
+                for schemes, parts in self.targets
+                if own.scheme in schemes and parts.scheme.endswith("+cluster") == cluster
+            ),
+            None,
+        )
+        if target is None:
+            return node
+        query = dict(parse_qsl(own.query)) | dict(parse_qsl(target.query))
+        kept = {name: value for name, value in query.items() if name not in self.given}
+        url = urlunsplit(target._replace(query=urlencode(kept)))
+        return ast.copy_location(ast.Constant(url), node)
 
 
 def undefined(source: str, namespace: Mapping[str, Any]) -> list[str]:
@@ -429,7 +509,7 @@ class PageRun:
         source = block.source
         if "body" in block.directives:
             source = "async def __docs_body__(run):\n" + textwrap.indent(source, "    ")
-        testbed, store_name = self.runner.run(self._prepare(block))
+        beds = self.runner.run(self._prepare(block))
         # Checked before running, so that a function nothing calls is caught too, and a
         # fragment fails with what it lacks rather than with a NameError halfway through.
         given = {"run": None} if "body" in block.directives else {}
@@ -440,14 +520,14 @@ class PageRun:
                 "(define each in the block, or name a prelude that does it: "
                 f"<!-- docs-test: setup=... -->, see {Path(__file__).name})"
             )
-        code = self._compile(source, block, testbed, store_name)
+        code = self._compile(source, block, beds)
         captured = io.StringIO()
         with contextlib.redirect_stdout(captured):
             done = eval(code, self.namespace)
             if asyncio.iscoroutine(done):
                 self.runner.run(done)
             if "body" in block.directives:
-                self.runner.run(self._one_pass(testbed))
+                self.runner.run(self._one_pass(beds[0][1]))
             for check in self.namespace.pop("__docs_checks__", []):
                 self.runner.run(check(self.namespace))
         _compare_output(block, captured.getvalue())
@@ -460,13 +540,16 @@ class PageRun:
         assert not missing, f"{block.name} ({target.name}) uses undefined {', '.join(missing)}"
         exec(compile(block.source, str(target), "exec"), {"__name__": target.stem})
 
-    async def _prepare(self, block: Block) -> tuple[Testbed[Any] | None, str | None]:
-        store_name = block.directives.get("store")
-        if store_name is None and "body" in block.directives:
-            store_name = "memory"
-        testbed = None
-        if store_name is not None:
-            testbed = await self._testbed(store_name)
+    async def _prepare(self, block: Block) -> list[tuple[StorePlugin, Testbed[Any]]]:
+        """The block's testbeds, one per ``store=`` entry, the first one's in the namespace;
+        then its preludes."""
+        entries = block.directives.get("store")
+        if entries is None and "body" in block.directives:
+            entries = "memory"
+        beds = [await self._testbed(entry) for entry in entries.split(",")] if entries else []
+        testbed = beds[0][1] if beds else None
+        store_name = beds[0][0].name if beds else None
+        if testbed is not None:
             durable_store = testbed.durable
             self.namespace.update(
                 url=testbed.url,
@@ -481,27 +564,31 @@ class PageRun:
                     f"{', '.join(sorted(PRELUDES))}"
                 )
             await PRELUDES[name](Context(self.namespace, testbed, store_name))
-        return testbed, store_name
+        return beds
 
-    async def _testbed(self, name: str) -> Testbed[Any]:
-        if name not in self.testbeds:
-            hook = store_plugin(name).testing
-            if hook is None:
-                raise LookupError(f"the {name} store has no testing hook to run docs against")
-            self.testbeds[name] = await self.stack.enter_async_context(hook(None))
-        return self.testbeds[name]
+    async def _testbed(self, entry: str) -> tuple[StorePlugin, Testbed[Any]]:
+        """The page's testbed for one ``store=`` entry, made the first time it is named and
+        removed when the page is done."""
+        plugin, url = store_entry(entry)
+        if entry not in self.testbeds:
+            if plugin.testing is None:
+                raise LookupError(
+                    f"the {plugin.name} store has no testing hook to run docs against"
+                )
+            self.testbeds[entry] = await self.stack.enter_async_context(plugin.testing(url))
+        return plugin, self.testbeds[entry]
 
     async def _one_pass(self, testbed: Testbed[Any] | None) -> None:
         assert testbed is not None
         await resume(testbed.durable, WORKFLOW, self.namespace["__docs_body__"])
 
     def _compile(
-        self, source: str, block: Block, testbed: Testbed[Any] | None, store_name: str | None
+        self, source: str, block: Block, beds: list[tuple[StorePlugin, Testbed[Any]]]
     ) -> CodeType:
         tree = ast.parse(source, block.name)
-        if testbed is not None and testbed.url is not None and store_name is not None:
-            schemes = store_plugin(store_name).schemes
-            tree = ast.fix_missing_locations(Rewriter(schemes, testbed.url).visit(tree))
+        targets = [Target(plugin.schemes, bed.url) for plugin, bed in beds if bed.url is not None]
+        if targets:
+            tree = Rewriter(targets).rewrite(tree)
         # Line numbers in tracebacks point into the page.
         ast.increment_lineno(tree, block.line - (1 if "body" in block.directives else 0))
         code: CodeType = compile(tree, block.page, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
@@ -678,3 +765,81 @@ def test_the_readme_set_up_commands_name_scripts_the_hatch_env_defines() -> None
     assert named, "the README's set-up block runs no hatch script"
     assert [name for name in named if name not in scripts] == []
     assert "hatch run test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+# --- the Rewriter on its own -------------------------------------------------------------
+
+POSTGRES = Target(
+    ("postgresql", "postgres"), "postgresql://postgres@127.0.0.1:5432/test?schema=durable_test_1"
+)
+ONE_NODE = Target(
+    ("redis", "rediss", "redis+cluster", "rediss+cluster"),
+    "redis://127.0.0.1:6379/0?prefix=durable-test-1",
+)
+CLUSTER = Target(ONE_NODE.schemes, "redis+cluster://127.0.0.1:7000?prefix=durable-test-2")
+
+
+def rewritten(source: str, *targets: Target) -> str:
+    return ast.unparse(Rewriter(targets).rewrite(ast.parse(source)))
+
+
+def test_a_url_literal_is_pointed_at_the_testbed_keeping_its_own_options() -> None:
+    source = 'open("postgres://app@db/orders?sslmode=require&schema=orders_wf")'
+    assert rewritten(source, POSTGRES) == (
+        "open('postgresql://postgres@127.0.0.1:5432/test?sslmode=require&schema=durable_test_1')"
+    )
+
+
+def test_an_isolation_option_given_as_a_keyword_is_the_testbeds_and_left_out_of_urls() -> None:
+    source = (
+        'pool = Pool("postgresql://app@db/orders?sslmode=require&schema=x", max_size=20)\n'
+        'migrate(pool, schema="orders_wf")\n'
+        'store = PostgresDurable.on(pool, schema="orders_wf")'
+    )
+    assert rewritten(source, POSTGRES).splitlines() == [
+        "pool = Pool('postgresql://postgres@127.0.0.1:5432/test?sslmode=require', max_size=20)",
+        "migrate(pool, schema='durable_test_1')",
+        "store = PostgresDurable.on(pool, schema='durable_test_1')",
+    ]
+
+
+def test_a_keyword_that_is_no_isolation_option_or_no_literal_changes_nothing() -> None:
+    source = 'pool = Pool("postgresql://app@db/orders", name="schema")\nmigrate(pool, schema=name)'
+    assert rewritten(source, POSTGRES).splitlines() == [
+        "pool = Pool('postgresql://postgres@127.0.0.1:5432/test?schema=durable_test_1', "
+        "name='schema')",
+        "migrate(pool, schema=name)",
+    ]
+
+
+def test_each_url_literal_goes_to_the_testbed_of_its_store_and_kind() -> None:
+    source = (
+        'open("redis://localhost:6379/0?prefix=payments")\n'
+        'open("rediss+cluster://node-1:6379?prefix=payments&ttl=604800")\n'
+        'open("postgres://app@db/orders")\n'
+        'open("sqlite:///orders.db")\n'
+        'print("order: 7")'
+    )
+    assert rewritten(source, CLUSTER, POSTGRES, ONE_NODE).splitlines() == [
+        "open('redis://127.0.0.1:6379/0?prefix=durable-test-1')",
+        "open('redis+cluster://127.0.0.1:7000?prefix=durable-test-2&ttl=604800')",
+        "open('postgresql://postgres@127.0.0.1:5432/test?schema=durable_test_1')",
+        "open('sqlite:///orders.db')",
+        "print('order: 7')",
+    ]
+
+
+def test_a_cluster_url_is_never_pointed_at_one_node() -> None:
+    assert rewritten('open("redis+cluster://node-1:6379")', ONE_NODE) == (
+        "open('redis+cluster://node-1:6379')"
+    )
+
+
+def test_an_isolation_keyword_two_testbeds_have_is_refused_as_ambiguous() -> None:
+    with pytest.raises(ValueError, match=r"prefix='payments' could mean the prefix of any"):
+        rewritten('RedisDurable.over(client, prefix="payments")', ONE_NODE, CLUSTER)
+
+
+def test_a_store_entry_is_a_stores_name_or_a_url_for_the_store_that_opens_it() -> None:
+    assert store_entry("postgres") == (store_plugin("postgres"), None)
+    assert store_entry("redis+cluster://") == (store_plugin("redis"), "redis+cluster://")
