@@ -46,10 +46,11 @@ Directives (several may share one comment):
     Write the block to ``PATH`` in the page's directory instead of running it (a module a
     later command imports, such as the workflow a ``durable worker`` runs). It must compile
     and define every name it uses.
-``skip reason="..."``
-    Do not run it; the reason is reported as the skip. For a block that needs something the
-    tests cannot provide; use sparingly (a server at a named host is not one: ``store=``
-    points its URL at a testbed).
+
+There is no directive to skip a block: every example runs. One that needs a server at a
+named host names it in a URL literal, and ``store=`` points that at a testbed. (A block
+against a store whose server this machine lacks is skipped with the hook's reason, as
+every test of that store is.)
 
 For a ```` ```bash ```` block, only lines that start with ``durable`` run (``pip`` and the
 like do not); each runs as ``python -m durable.cli ...`` in the page's directory, with that
@@ -108,7 +109,7 @@ PYTHON = {"python", "py", "python3"}
 SHELL = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
-KNOWN = {"setup", "body", "store", "file", "skip", "reason", "after", "expect", "output"}
+KNOWN = {"setup", "body", "store", "file", "after", "expect", "output"}
 
 
 def pages() -> list[Path]:
@@ -486,9 +487,6 @@ class PageRun:
 
     def _attempt(self, block: Block) -> BaseException | None:
         try:
-            if "skip" in block.directives:
-                reason = block.directives.get("reason") or "no reason given"
-                raise unittest.SkipTest(f"{block.name}: {reason}")
             with _inside(self.directory):
                 if block.language in PYTHON:
                     self._python(block)
@@ -843,3 +841,9 @@ def test_an_isolation_keyword_two_testbeds_have_is_refused_as_ambiguous() -> Non
 def test_a_store_entry_is_a_stores_name_or_a_url_for_the_store_that_opens_it() -> None:
     assert store_entry("postgres") == (store_plugin("postgres"), None)
     assert store_entry("redis+cluster://") == (store_plugin("redis"), "redis+cluster://")
+
+
+def test_a_block_cannot_be_marked_to_skip() -> None:
+    """Every example runs: a directive that would let one rot quietly is refused."""
+    with pytest.raises(ValueError, match="unknown docs-test directive 'skip'"):
+        parse_directives('skip reason="needs a server"', "page.md:1")

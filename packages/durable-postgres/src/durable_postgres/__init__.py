@@ -5,7 +5,7 @@ exactly-once; every other guarantee of the contract is one statement or one tran
 
     from durable_postgres import PostgresDurable, migrate
 
-    async with AsyncConnectionPool(url, kwargs={"autocommit": True}) as pool:
+    async with AsyncConnectionPool(url, kwargs={"autocommit": True}, open=False) as pool:
         await migrate(pool)
         store = PostgresDurable.on(pool)
 
