@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from durable.interfaces import StoreError
 from durable_sqlite import (
     DatabaseRefused,
     ForeignTable,
@@ -147,6 +148,30 @@ async def test_a_connection_left_in_a_transaction_is_refused_clearly(path: Path)
         assert await store.checkpointer.supply("wf", "k", 1) == 1
 
 
+async def test_each_write_made_without_begin_is_committed_when_it_returns(path: Path) -> None:
+    """Claim, renew, record, release, supply and append each run as a lone statement,
+    without ``BEGIN``, which commits only once it has run to its end. A second connection
+    must see each of them as soon as it returns, before the store does anything else."""
+    async with connect(path) as connection:
+        cp = SqliteDurable.over(connection).checkpointer
+        claims = "SELECT token, live_until IS NOT NULL FROM durable_claim"
+        records = "SELECT key FROM durable_checkpoint ORDER BY seq"
+        holder = await cp.claim("wf", liveness=timedelta(seconds=5), budget=timedelta(minutes=1))
+        assert holder is not None
+        assert query(path, claims) == [(1, 1)]
+        before = query(path, "SELECT live_until FROM durable_claim")
+        await cp.renew(holder)
+        assert query(path, "SELECT live_until FROM durable_claim") >= before
+        await cp.record(holder, "step", 1)
+        assert query(path, records) == [("step",)]
+        await cp.release(holder)
+        assert query(path, claims) == [(2, 0)]
+        await cp.supply("wf", "approval", True)
+        assert query(path, records) == [("step",), ("approval",)]
+        key = await cp.append("wf", "hello")
+        assert query(path, records) == [("step",), ("approval",), (key,)]
+
+
 # -- bad input ---------------------------------------------------------------------------
 
 
@@ -216,3 +241,20 @@ async def test_an_in_memory_database_is_refused(where: str) -> None:
     with pytest.raises(DatabaseRefused, match="memory:// store"):
         async with connect(where):
             pass
+
+
+async def test_a_trigger_that_swallows_records_is_reported_not_taken_for_a_value(
+    path: Path,
+) -> None:
+    """A record that inserts nothing while its pass holds the claim can only mean that
+    something else in the file (here an application's trigger) dropped the row."""
+    async with connect(path) as connection:
+        cp = SqliteDurable.over(connection).checkpointer
+        await connection.execute(
+            "CREATE TRIGGER swallow BEFORE INSERT ON durable_checkpoint "
+            "BEGIN SELECT RAISE(IGNORE); END"
+        )
+        holder = await cp.claim("wf", liveness=timedelta(seconds=5), budget=timedelta(minutes=1))
+        assert holder is not None
+        with pytest.raises(StoreError, match=r"workflow 'wf', key 'step'.*no value"):
+            await cp.record(holder, "step", 1)

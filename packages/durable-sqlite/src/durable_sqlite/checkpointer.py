@@ -26,6 +26,7 @@ from durable_sqlite.connection import (
     duration_micros,
     from_micros,
     on_thread,
+    one_statement,
     statements_for,
     transaction,
 )
@@ -129,10 +130,10 @@ class SqliteCheckpointer:
         sql, now = self._sql["claim"], self._now
 
         def claim(raw: sqlite3.Connection) -> int | None:
-            row = raw.execute(sql, {**params, "now": now()}).fetchone()
-            return None if row is None else int(row[0])
+            rows = raw.execute(sql, {**params, "now": now()}).fetchall()
+            return int(rows[0][0]) if rows else None
 
-        token = await transaction(self.connection, claim)
+        token = await one_statement(self.connection, claim)
         return None if token is None else Pass(workflow, token)
 
     async def renew(self, holder: Pass) -> Pass:
@@ -140,16 +141,16 @@ class SqliteCheckpointer:
 
         def renew(raw: sqlite3.Connection) -> None:
             params = {"workflow": holder.workflow, "token": holder.token, "now": now()}
-            if raw.execute(sql, params).fetchone() is None:
+            if not raw.execute(sql, params).fetchall():
                 raise self._refusal(raw, holder, "renew")
 
-        await transaction(self.connection, renew)
+        await one_statement(self.connection, renew)
         return holder
 
     async def release(self, holder: Pass) -> None:
         sql = self._sql["release"]
         params = {"workflow": holder.workflow, "token": holder.token}
-        await transaction(self.connection, lambda raw: raw.execute(sql, params))
+        await one_statement(self.connection, lambda raw: raw.execute(sql, params).fetchall())
 
     # -- writes ------------------------------------------------------------------------
 
@@ -161,13 +162,26 @@ class SqliteCheckpointer:
 
         def record(raw: sqlite3.Connection) -> object:
             params["now"] = now()
-            row = raw.execute(sql, params).fetchone()
-            if row is None:
-                raise self._refusal(raw, holder, f"record of {key!r}")
-            return row[0]
+            if raw.execute(sql, params).rowcount == 1:
+                return encoded  # it won: the common case, settled by the change count
+            return self._record_outcome(raw, holder, key)
 
-        stored = await transaction(self.connection, record)
+        stored = await one_statement(self.connection, record)
         return Recorded(self.codec.decode(stored), stored == encoded)
+
+    def _record_outcome(self, raw: sqlite3.Connection, holder: Pass, key: str) -> object:
+        """The value a record that inserted nothing meets, or why it was refused."""
+        params = {"workflow": holder.workflow, "key": key}
+        token, budget_until, stored = raw.execute(self._sql["record_outcome"], params).fetchall()[0]
+        if token != holder.token:
+            raise self._fenced(holder, token, budget_until, f"record of {key!r}")
+        if stored is None:  # ruled out by record_outcome's reasoning; never a silent None
+            raise StoreError(
+                f"workflow {holder.workflow!r}, key {key!r}: the record inserted nothing, yet "
+                f"{holder} still holds the claim and the key has no value; the file was "
+                "changed by something other than durable-sqlite"
+            )
+        return stored
 
     async def transact(self, holder: Pass, key: str, effect: SqliteEffect) -> Recorded:
         workflow = holder.workflow
@@ -224,18 +238,20 @@ class SqliteCheckpointer:
         check_key(workflow, key)
         encoded = encode_value(self.codec, value, workflow=workflow, key=key)
         supply = self._supply_in
-        stored = await transaction(self.connection, lambda raw: supply(raw, workflow, key, encoded))
+        stored = await one_statement(
+            self.connection, lambda raw: supply(raw, workflow, key, encoded)
+        )
         return self.codec.decode(stored)
 
     def _supply_in(self, raw: sqlite3.Connection, workflow: str, key: str, encoded: object) -> Any:
         params = {"workflow": workflow, "key": key, "value": encoded, "now": self._now()}
-        return raw.execute(self._sql["supply"], params).fetchone()[0]
+        return raw.execute(self._sql["supply"], params).fetchall()[0][0]
 
     async def append(self, workflow: str, value: object) -> str:
         check_workflow(workflow)
         encoded = self._encode_entry(workflow, value)
         append = self._append_in
-        return await transaction(self.connection, lambda raw: append(raw, workflow, encoded))
+        return await one_statement(self.connection, lambda raw: append(raw, workflow, encoded))
 
     def _encode_entry(self, workflow: str, value: object) -> object:
         return encode_value(self.codec, value, workflow=workflow, key="<inbox>")
@@ -247,7 +263,7 @@ class SqliteCheckpointer:
             "prefix": INBOX_PREFIX,
             "now": self._now(),
         }
-        return str(raw.execute(self._sql["append"], params).fetchone()[0])
+        return str(raw.execute(self._sql["append"], params).fetchall()[0][0])
 
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)
@@ -258,14 +274,23 @@ class SqliteCheckpointer:
         raw.execute(self._sql["raise_fence"], {"workflow": workflow})
 
     def _refusal(self, raw: sqlite3.Connection, holder: Pass, doing: str) -> Fenced:
-        """Why the store refused ``holder``, read in the transaction that refused it."""
+        """Why the store refused ``holder``: its claim as read just after the refusal.
+
+        Tokens only rise, so a token that differed from the holder's at the refusal still
+        differs when read here, whether or not it was read in the same transaction.
+        """
         row = raw.execute(self._sql["token"], {"workflow": holder.workflow}).fetchone()
-        if row is None or row[0] != holder.token:
-            current = "none" if row is None else str(row[0])
+        token, budget_until = (None, None) if row is None else row
+        return self._fenced(holder, token, budget_until, doing)
+
+    @staticmethod
+    def _fenced(holder: Pass, token: object, budget_until: object, doing: str) -> Fenced:
+        if token != holder.token:
+            current = "none" if token is None else str(token)
             return Fenced(
                 f"{holder} was superseded (the highest token issued is {current}); "
                 f"{doing} refused, stop this pass"
             )
-        if row[1] is None:
+        if budget_until is None:
             return Fenced(f"{holder} was released; {doing} refused, stop this pass")
         return Fenced(f"{holder} has spent its budget; {doing} refused, stop this pass")

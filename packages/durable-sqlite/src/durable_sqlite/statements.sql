@@ -74,16 +74,28 @@ WHERE workflow = :workflow AND token = :token;
 
 -- name: record
 -- Fencing and first-writer-wins in one statement. The SELECT yields a row only while the
--- holder's token is the highest issued, so a fenced write inserts nothing and returns
--- nothing. Otherwise the upsert either inserts or meets the UNIQUE (workflow, key) row,
--- whose no-op DO UPDATE hands back the value already there without moving its seq or its
--- recorded_at. (The WHERE is also what lets SQLite parse ON CONFLICT after a SELECT.)
+-- holder's token is the highest issued, so a fenced write inserts nothing; a key already
+-- recorded meets the UNIQUE (workflow, key) row and inserts nothing either, leaving the
+-- first value, its seq and its recorded_at as they were. (The WHERE is also what lets
+-- SQLite parse ON CONFLICT after a SELECT.) The caller reads which by the change count:
+-- one row is the common case, a write that won, and costs nothing more; no row sends it
+-- to record_outcome. No RETURNING: on a step's path it costs more than the rest of the
+-- statement's reading does (hatch run bench).
 INSERT INTO durable_checkpoint (workflow, key, value, recorded_at)
 SELECT :workflow, :key, :value, :now
 FROM durable_claim
 WHERE workflow = :workflow AND token = :token
-ON CONFLICT (workflow, key) DO UPDATE SET value = value
-RETURNING value;
+ON CONFLICT (workflow, key) DO NOTHING;
+
+-- name: record_outcome
+-- Why a record inserted nothing, read in one snapshot: the claim's token, and the value
+-- already under the key. Tokens only rise, and only discard removes records (raising the
+-- token in the same transaction), so a token still the holder's here means the holder
+-- was current at the insert too, and the key held a value then that it still holds.
+SELECT c.token, c.budget_until, r.value
+FROM (SELECT :workflow AS workflow) AS w
+LEFT JOIN durable_claim AS c ON c.workflow = w.workflow
+LEFT JOIN durable_checkpoint AS r ON r.workflow = w.workflow AND r.key = :key;
 
 -- name: supply
 -- First-writer-wins with no claim: the same upsert as record, unfenced.
