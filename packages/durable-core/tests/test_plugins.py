@@ -246,3 +246,22 @@ def test_stores_returns_a_copy() -> None:
     durable.stores().clear()
     plugins.broken_stores().clear()
     assert "memory" in durable.stores()
+
+
+def test_lazy_exports_import_each_name_when_first_asked_and_keep_it() -> None:
+    package = types.ModuleType("lazy_example")
+    package.__getattr__ = durable.plugins.lazy_exports(  # type: ignore[method-assign]
+        "lazy_example", {"dumps": "json", "missing": "json"}
+    )
+    sys.modules["lazy_example"] = package
+    try:
+        import json
+
+        assert package.dumps is json.dumps
+        assert vars(package)["dumps"] is json.dumps  # kept: the next lookup is a plain one
+        with pytest.raises(AttributeError, match="'lazy_example' has no attribute 'loads'"):
+            _ = package.loads
+        with pytest.raises(AttributeError, match="missing"):
+            _ = package.missing  # named, but the module it names has no such attribute
+    finally:
+        del sys.modules["lazy_example"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import timedelta
 
 import durable
@@ -16,6 +18,15 @@ from durable_postgres.plugin import PostgresOptions, redact
 pytestmark = pytest.mark.timeout(60)
 
 
+def run_python(source: str) -> list[str]:
+    """The lines a fresh interpreter prints running ``source``."""
+    done = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 def test_the_plugin_is_found_by_name_and_both_schemes() -> None:
     plugin = store("postgres")
     assert plugin.schemes == ("postgresql", "postgres")
@@ -24,7 +35,22 @@ def test_the_plugin_is_found_by_name_and_both_schemes() -> None:
     assert plugin.capabilities == {"transact", "atomic-arrive", "enumerate"}
     assert plugin.distribution == "durable-postgres"
     assert plugin.version is not None
-    assert plugin.testing is postgres_testing.testbed
+
+
+def test_loading_the_entry_point_imports_no_driver_and_every_export_resolves() -> None:
+    """Every durable command loads every store's entry point: psycopg must wait until the
+    store is opened. Then each name the package exports is there, from where it says."""
+    shown = run_python(
+        "import importlib, pkgutil, sys, types, durable.plugins, durable_postgres as package\n"
+        "durable.plugins.stores()\n"
+        "print(sorted(m for m in ('psycopg', 'psycopg_pool') if m in sys.modules))\n"
+        "for found in pkgutil.iter_modules(package.__path__):\n"
+        "    importlib.import_module('durable_postgres.' + found.name)\n"
+        # A submodule of an exported name would shadow it once imported: none may be one.
+        "print([n for n in package.__all__ if isinstance(getattr(package, n), types.ModuleType)])\n"
+        "print(sorted(m for m in ('psycopg', 'psycopg_pool') if m in sys.modules))\n"
+    )
+    assert shown == ["[]", "[]", "['psycopg', 'psycopg_pool']"]
 
 
 def test_urls_are_redacted_for_logs_and_headers() -> None:
@@ -103,5 +129,7 @@ async def test_the_probe_moves_counters_in_the_testbeds_schema(server: str) -> N
 
 
 async def test_the_testing_hook_passes_options_through(server: str) -> None:
-    async with postgres_testing.testbed(server, lease=3) as bed:
+    hook = store("postgres").testing  # as the suite finds it: importing testing when called
+    assert hook is not None
+    async with hook(server, lease=3) as bed:
         assert bed.durable.scheduler.lease == timedelta(seconds=3)

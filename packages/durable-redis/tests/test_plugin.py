@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 from datetime import timedelta
 
 import durable
@@ -23,6 +25,26 @@ def test_the_plugin_is_found_through_its_entry_point() -> None:
     assert plugin.capabilities == {"transact", "cluster", "enumerate"}
     assert plugin.testing is not None
     assert plugin.distribution == "durable-redis"
+
+
+def test_loading_the_entry_point_imports_no_driver_and_every_export_resolves() -> None:
+    """Every durable command loads every store's entry point: redis-py must wait until the
+    store is opened. Then each name the package exports is there, from where it says."""
+    source = (
+        "import importlib, pkgutil, sys, types, durable.plugins, durable_redis as package\n"
+        "durable.plugins.stores()\n"
+        "print('redis' in sys.modules)\n"
+        "for found in pkgutil.iter_modules(package.__path__):\n"
+        "    importlib.import_module('durable_redis.' + found.name)\n"
+        # A submodule of an exported name would shadow it once imported: none may be one.
+        "print([n for n in package.__all__ if isinstance(getattr(package, n), types.ModuleType)])\n"
+        "print('redis' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False", "[]", "True"]
 
 
 def test_store_options_are_taken_out_of_the_url_and_the_rest_left_to_redis_py() -> None:

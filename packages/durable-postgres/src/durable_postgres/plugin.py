@@ -1,4 +1,4 @@
-"""The ``postgres`` store plugin: ``durable.open("postgresql://...")`` and the testing hook.
+"""Opening the ``postgres`` store: what ``durable.open("postgresql://...")`` runs.
 
 A URL is a libpq connection URI plus durable's own options in its query string, which are
 taken out before the rest reaches libpq::
@@ -24,27 +24,25 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
 from durable.codec import CheckpointCodec
-from durable.plugins import StorePlugin, hookimpl
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from durable_postgres.durable import PostgresDurable
+from durable_postgres.entry import SCHEMES
 from durable_postgres.errors import PostgresUnavailable
-from durable_postgres.migrate import migrate
+from durable_postgres.migration import migrate
 from durable_postgres.statements import DEFAULT_SCHEMA, check_schema_name
 
 __all__ = [
     "PostgresOptions",
     "connect_pool",
-    "durable_store",
     "open_postgres",
     "query_pairs",
     "redact",
     "with_option",
 ]
 
-SCHEMES = ("postgresql", "postgres")
 _CONNECT_TIMEOUT = 10  # seconds, unless the URL names its own connect_timeout
 
 
@@ -278,19 +276,3 @@ async def open_postgres(
         )
     finally:
         await pool.close()
-
-
-@hookimpl
-def durable_store() -> StorePlugin:
-    """The Postgres store."""
-    from durable_postgres.testing import testbed
-
-    return StorePlugin(
-        name="postgres",
-        schemes=SCHEMES,
-        open=open_postgres,
-        capabilities=frozenset({"transact", "atomic-arrive", "enumerate"}),
-        testing=testbed,
-        distribution="durable-postgres",
-        description="PostgreSQL via psycopg 3: a step and its business write in one commit",
-    )

@@ -22,7 +22,7 @@ from durable.interfaces import Delivery
 from psycopg_pool import AsyncConnectionPool
 
 from durable_postgres.connections import Connections
-from durable_postgres.migrate import migrate
+from durable_postgres.migration import migrate
 from durable_postgres.statements import DEFAULT_SCHEMA, check_schema_name, statements
 
 __all__ = ["PostgresScheduler"]

@@ -12,12 +12,34 @@ hash tag, and the same code runs on one node and on a cluster::
         ...
 """
 
-from durable_redis.checkpointer import RedisCheckpointer
-from durable_redis.durable import RedisDurable
-from durable_redis.effect import LuaEffect
-from durable_redis.errors import CrossSlotError, LuaEffectFailed, RedisUnavailable, UntaggedKey
-from durable_redis.plugin import open_redis
-from durable_redis.scheduler import RedisStreamScheduler
+from typing import TYPE_CHECKING
+
+from durable.plugins import lazy_exports
+
+if TYPE_CHECKING:
+    from durable_redis.checkpointer import RedisCheckpointer
+    from durable_redis.durable import RedisDurable
+    from durable_redis.effect import LuaEffect
+    from durable_redis.errors import CrossSlotError, LuaEffectFailed, RedisUnavailable, UntaggedKey
+    from durable_redis.plugin import open_redis
+    from durable_redis.scheduler import RedisStreamScheduler
+else:
+    # Imported when first used, so that loading the entry point (every durable command
+    # does) does not import redis-py.
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "CrossSlotError": "durable_redis.errors",
+            "LuaEffect": "durable_redis.effect",
+            "LuaEffectFailed": "durable_redis.errors",
+            "RedisCheckpointer": "durable_redis.checkpointer",
+            "RedisDurable": "durable_redis.durable",
+            "RedisStreamScheduler": "durable_redis.scheduler",
+            "RedisUnavailable": "durable_redis.errors",
+            "UntaggedKey": "durable_redis.errors",
+            "open_redis": "durable_redis.plugin",
+        },
+    )
 
 __all__ = [
     "CrossSlotError",

@@ -1,4 +1,4 @@
-"""The ``redis`` store plugin: ``durable.open("redis://...")`` and the conformance hook.
+"""Opening the ``redis`` store: what ``durable.open("redis://...")`` runs.
 
 URLs are redis-py's, with a cluster scheme and three options of the store's own in the
 query string (every other query option goes to redis-py):
@@ -19,18 +19,17 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from durable.plugins import StorePlugin, hookimpl
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from durable_redis.durable import RedisDurable
+from durable_redis.entry import SCHEMES
 from durable_redis.scripts import Client
 
-__all__ = ["RedisURL", "durable_store", "open_redis", "parse_url"]
+__all__ = ["RedisURL", "open_redis", "parse_url"]
 
-SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 _STORE_OPTIONS = ("prefix", "ttl", "lease", "consumer")
 
 
@@ -115,19 +114,3 @@ async def open_redis(url: str, **options: Any) -> AsyncIterator[RedisDurable]:
     finally:
         if given is None:
             await client.aclose()
-
-
-@hookimpl
-def durable_store() -> StorePlugin:
-    """The Redis store, on one node or a cluster."""
-    from durable_redis.testing import testbed
-
-    return StorePlugin(
-        name="redis",
-        schemes=SCHEMES,
-        open=open_redis,
-        capabilities=frozenset({"transact", "cluster", "enumerate"}),
-        testing=testbed,
-        distribution="durable-redis",
-        description="Redis and Redis Cluster: every guarantee as one Lua script",
-    )
