@@ -89,7 +89,12 @@ class Project:
     def run(self, *args: str) -> pytest.RunResult:
         durable.plugins._reset_for_tests()
         try:
-            return self.pytester.runpytest("-p", "no:cacheprovider", *args)
+            # The inner run has no ini file of its own, and pytest-asyncio (installed in
+            # this environment for the other tests) warns on every run that leaves its loop
+            # scope unset; the suite runs on its own loop and is unaffected either way.
+            return self.pytester.runpytest(
+                "-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function", *args
+            )
         finally:
             durable.plugins._reset_for_tests()
 
