@@ -7,6 +7,7 @@ import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
+import aiosqlite
 import pytest
 from durable.interfaces import StoreError
 from durable_sqlite import (
@@ -15,6 +16,7 @@ from durable_sqlite import (
     NotADatabase,
     SqliteDurable,
     Synchronous,
+    configure,
     connect,
 )
 from durable_sqlite.connection import SCHEMA_VERSION, TABLES
@@ -148,28 +150,63 @@ async def test_a_connection_left_in_a_transaction_is_refused_clearly(path: Path)
         assert await store.checkpointer.supply("wf", "k", 1) == 1
 
 
-async def test_each_write_made_without_begin_is_committed_when_it_returns(path: Path) -> None:
-    """Claim, renew, record, release, supply and append each run as a lone statement,
-    without ``BEGIN``, which commits only once it has run to its end. A second connection
-    must see each of them as soon as it returns, before the store does anything else."""
-    async with connect(path) as connection:
-        cp = SqliteDurable.over(connection).checkpointer
-        claims = "SELECT token, live_until IS NOT NULL FROM durable_claim"
-        records = "SELECT key FROM durable_checkpoint ORDER BY seq"
+async def writes_land_or_fail(store: SqliteDurable, path: Path) -> list[str]:
+    """Claim, record, supply and append on ``store``; each that returned must already be
+    in the file as another connection reads it. What each did: "landed" or its error."""
+    cp = store.checkpointer
+    done: list[str] = []
+    try:
         holder = await cp.claim("wf", liveness=timedelta(seconds=5), budget=timedelta(minutes=1))
         assert holder is not None
-        assert query(path, claims) == [(1, 1)]
-        before = query(path, "SELECT live_until FROM durable_claim")
-        await cp.renew(holder)
-        assert query(path, "SELECT live_until FROM durable_claim") >= before
-        await cp.record(holder, "step", 1)
-        assert query(path, records) == [("step",)]
-        await cp.release(holder)
-        assert query(path, claims) == [(2, 0)]
-        await cp.supply("wf", "approval", True)
-        assert query(path, records) == [("step",), ("approval",)]
-        key = await cp.append("wf", "hello")
-        assert query(path, records) == [("step",), ("approval",), (key,)]
+        assert query(path, "SELECT token FROM durable_claim") == [(1,)]
+        done.append("landed")
+        for write in (
+            cp.record(holder, "step", 1),
+            cp.supply("wf", "approval", True),
+            cp.append("wf", "hello"),
+        ):
+            await write
+            assert len(query(path, "SELECT key FROM durable_checkpoint")) == len(done)
+            done.append("landed")
+    except sqlite3.OperationalError as refused:
+        done.append(str(refused))
+    return done
+
+
+async def test_a_write_that_returned_is_in_the_file_even_on_a_connection_not_in_autocommit(
+    path: Path,
+) -> None:
+    """``configure`` takes a connection opened some other way, such as aiosqlite's own
+    default, whose sqlite3 module opens transactions implicitly and waits for a commit."""
+    async with aiosqlite.connect(path) as connection:
+        assert connection.isolation_level is not None
+        await configure(connection)
+        assert await writes_land_or_fail(SqliteDurable.over(connection), path) == ["landed"] * 4
+
+
+@pytest.mark.parametrize(
+    "running",
+    ["SELECT n FROM numbers", "UPDATE numbers SET n = n + 1 RETURNING n"],
+    ids=["a-read", "a-write"],
+)
+async def test_a_statement_the_application_left_running_never_holds_back_a_returned_write(
+    path: Path, running: str
+) -> None:
+    """SQLite commits a transaction only once every statement on its connection has
+    finished. The application shares the connection and is midway through reading a
+    statement's rows: each store write that returns must be in the file regardless, and
+    one that cannot be committed must say so rather than return."""
+    async with connect(path) as connection:
+        store = SqliteDurable.over(connection)
+        await connection.execute("CREATE TABLE numbers (n INTEGER)")
+        await connection.executemany("INSERT INTO numbers VALUES (?)", [(n,) for n in range(500)])
+        cursor = await connection.execute(running)
+        assert await cursor.fetchone() is not None  # and 499 rows still to come
+        outcomes = await writes_land_or_fail(store, path)
+        assert outcomes[:-1] == ["landed"] * (len(outcomes) - 1)
+        assert outcomes[-1] == "landed" or "SQL statements in progress" in outcomes[-1]
+        await cursor.close()
+        assert not connection.in_transaction
 
 
 # -- bad input ---------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from durable_sqlite.connection import (
     duration_micros,
     from_micros,
     on_thread,
-    one_statement,
     statements_for,
     transaction,
 )
@@ -133,7 +132,7 @@ class SqliteCheckpointer:
             rows = raw.execute(sql, {**params, "now": now()}).fetchall()
             return int(rows[0][0]) if rows else None
 
-        token = await one_statement(self.connection, claim)
+        token = await transaction(self.connection, claim)
         return None if token is None else Pass(workflow, token)
 
     async def renew(self, holder: Pass) -> Pass:
@@ -144,13 +143,13 @@ class SqliteCheckpointer:
             if not raw.execute(sql, params).fetchall():
                 raise self._refusal(raw, holder, "renew")
 
-        await one_statement(self.connection, renew)
+        await transaction(self.connection, renew)
         return holder
 
     async def release(self, holder: Pass) -> None:
         sql = self._sql["release"]
         params = {"workflow": holder.workflow, "token": holder.token}
-        await one_statement(self.connection, lambda raw: raw.execute(sql, params).fetchall())
+        await transaction(self.connection, lambda raw: raw.execute(sql, params).fetchall())
 
     # -- writes ------------------------------------------------------------------------
 
@@ -166,11 +165,12 @@ class SqliteCheckpointer:
                 return encoded  # it won: the common case, settled by the change count
             return self._record_outcome(raw, holder, key)
 
-        stored = await one_statement(self.connection, record)
+        stored = await transaction(self.connection, record)
         return Recorded(self.codec.decode(stored), stored == encoded)
 
     def _record_outcome(self, raw: sqlite3.Connection, holder: Pass, key: str) -> object:
-        """The value a record that inserted nothing meets, or why it was refused."""
+        """The value a record that inserted nothing meets, or why it was refused: read in
+        the record's own transaction, so nothing can have moved in between."""
         params = {"workflow": holder.workflow, "key": key}
         token, budget_until, stored = raw.execute(self._sql["record_outcome"], params).fetchall()[0]
         if token != holder.token:
@@ -238,9 +238,7 @@ class SqliteCheckpointer:
         check_key(workflow, key)
         encoded = encode_value(self.codec, value, workflow=workflow, key=key)
         supply = self._supply_in
-        stored = await one_statement(
-            self.connection, lambda raw: supply(raw, workflow, key, encoded)
-        )
+        stored = await transaction(self.connection, lambda raw: supply(raw, workflow, key, encoded))
         return self.codec.decode(stored)
 
     def _supply_in(self, raw: sqlite3.Connection, workflow: str, key: str, encoded: object) -> Any:
@@ -251,7 +249,7 @@ class SqliteCheckpointer:
         check_workflow(workflow)
         encoded = self._encode_entry(workflow, value)
         append = self._append_in
-        return await one_statement(self.connection, lambda raw: append(raw, workflow, encoded))
+        return await transaction(self.connection, lambda raw: append(raw, workflow, encoded))
 
     def _encode_entry(self, workflow: str, value: object) -> object:
         return encode_value(self.codec, value, workflow=workflow, key="<inbox>")
@@ -274,11 +272,7 @@ class SqliteCheckpointer:
         raw.execute(self._sql["raise_fence"], {"workflow": workflow})
 
     def _refusal(self, raw: sqlite3.Connection, holder: Pass, doing: str) -> Fenced:
-        """Why the store refused ``holder``: its claim as read just after the refusal.
-
-        Tokens only rise, so a token that differed from the holder's at the refusal still
-        differs when read here, whether or not it was read in the same transaction.
-        """
+        """Why the store refused ``holder``, read in the transaction that refused it."""
         row = raw.execute(self._sql["token"], {"workflow": holder.workflow}).fetchone()
         token, budget_until = (None, None) if row is None else row
         return self._fenced(holder, token, budget_until, doing)

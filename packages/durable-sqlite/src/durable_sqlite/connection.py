@@ -7,11 +7,16 @@ several statements is a transaction (``BEGIN IMMEDIATE``, the statements, ``COMM
 issuing them one ``await`` at a time would cost a trip each, and would let another task's
 statements land between them on the same connection, where they would join the open
 transaction. Instead each transaction here is one plain function, and
-:func:`transaction` sends the whole function to the thread in a single trip. A write
-that is one statement (a recorded step is) needs no ``BEGIN`` at all:
-:func:`one_statement` runs it as its own transaction, in one trip too. The thread runs
-queued functions one at a time, so two tasks' transactions on one connection never
+:func:`transaction` sends the whole function to the thread in a single trip. The thread
+runs queued functions one at a time, so two tasks' transactions on one connection never
 interleave and no lock is needed: the queue is the lock.
+
+Even a write that is one statement gets its ``BEGIN IMMEDIATE`` and ``COMMIT``, though
+SQLite would run it as a transaction of its own without them. A lone statement commits
+only once every statement on its connection has finished, so one the application left
+running on a shared connection (a cursor it is still reading) would hold back the commit
+of a write the store had already reported done. ``COMMIT`` either commits then or fails
+loudly; the two statements cost a few microseconds per step (``hatch run bench``).
 
 That function-on-the-thread call is aiosqlite's ``Connection._execute``, which has no
 public spelling; it has kept its shape since aiosqlite 0.17 and :func:`check_driver`
@@ -261,17 +266,14 @@ async def on_thread(connection: aiosqlite.Connection, work: Callable[[sqlite3.Co
     return await _execute(connection)(_over, connection, work)
 
 
-_FOREIGN_TRANSACTION = (
-    "the SQLite connection has a transaction open that durable did not start; "
-    "commit or roll it back before using the store (durable_sqlite.connect opens "
-    "connections in autocommit mode so that none is left open implicitly)"
-)
-
-
 def within_transaction(work: Callable[[sqlite3.Connection], T], raw: sqlite3.Connection) -> T:
     """Run ``work`` inside one ``BEGIN IMMEDIATE`` transaction, on the connection's thread."""
     if raw.in_transaction:
-        raise StoreError(_FOREIGN_TRANSACTION)
+        raise StoreError(
+            "the SQLite connection has a transaction open that durable did not start; "
+            "commit or roll it back before using the store (durable_sqlite.connect opens "
+            "connections in autocommit mode so that none is left open implicitly)"
+        )
     raw.execute("BEGIN IMMEDIATE")
     try:
         result = work(raw)
@@ -304,37 +306,6 @@ async def transaction(
 
 def _transact(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
     return within_transaction(work, connection._conn)
-
-
-async def one_statement(
-    connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]
-) -> T:
-    """Run ``work``, which writes with exactly one statement, as its own transaction: one trip.
-
-    ``work`` may read after its write (to explain a refusal, say), but a read after it is
-    not in the write's transaction; it sees the write and whatever committed since.
-
-    In SQLite a lone statement outside ``BEGIN`` is a transaction of its own, and it is as
-    safe as :func:`transaction` for a write: a statement that writes takes the write lock
-    as it starts, before it reads anything, so it waits under ``busy_timeout`` just as
-    ``BEGIN IMMEDIATE`` does, and it commits when it has run to its end. It saves the two
-    statements ``BEGIN IMMEDIATE`` and ``COMMIT``, which on the path of every recorded step
-    are a measurable part of the cost (``hatch run bench``).
-
-    "Run to its end" is the caller's duty, and nothing here can check it: a ``RETURNING``
-    statement commits only once its last row has been read, while ``in_transaction``
-    already says ``False``. So ``work`` reads with ``fetchall()``, never ``fetchone()``,
-    and does not let its cursor escape; otherwise the write would commit only when the
-    cursor happened to be collected.
-    """
-    return await _execute(connection)(_alone, connection, work)
-
-
-def _alone(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-    raw = connection._conn
-    if raw.in_transaction:
-        raise StoreError(_FOREIGN_TRANSACTION)
-    return work(raw)
 
 
 # -- opening ---------------------------------------------------------------------------------

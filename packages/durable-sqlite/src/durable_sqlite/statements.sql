@@ -77,10 +77,11 @@ WHERE workflow = :workflow AND token = :token;
 -- holder's token is the highest issued, so a fenced write inserts nothing; a key already
 -- recorded meets the UNIQUE (workflow, key) row and inserts nothing either, leaving the
 -- first value, its seq and its recorded_at as they were. (The WHERE is also what lets
--- SQLite parse ON CONFLICT after a SELECT.) The caller reads which by the change count:
--- one row is the common case, a write that won, and costs nothing more; no row sends it
--- to record_outcome. No RETURNING: on a step's path it costs more than the rest of the
--- statement's reading does (hatch run bench).
+-- SQLite parse ON CONFLICT after a SELECT.) The caller tells which by the change count:
+-- one row is the common case, a write that won, and needs nothing more; no row sends it
+-- to record_outcome, in the same transaction. Not the DO UPDATE ... RETURNING that
+-- supply uses: RETURNING costs more on a step's path than the rest of the statement
+-- (hatch run bench), to hand back a value that only the rare losing write needs.
 INSERT INTO durable_checkpoint (workflow, key, value, recorded_at)
 SELECT :workflow, :key, :value, :now
 FROM durable_claim
@@ -88,17 +89,16 @@ WHERE workflow = :workflow AND token = :token
 ON CONFLICT (workflow, key) DO NOTHING;
 
 -- name: record_outcome
--- Why a record inserted nothing, read in one snapshot: the claim's token, and the value
--- already under the key. Tokens only rise, and only discard removes records (raising the
--- token in the same transaction), so a token still the holder's here means the holder
--- was current at the insert too, and the key held a value then that it still holds.
+-- Why a record inserted nothing: the claim's token (and its budget, for the message), and
+-- the value already under the key, read in the record's transaction after its insert.
 SELECT c.token, c.budget_until, r.value
 FROM (SELECT :workflow AS workflow) AS w
 LEFT JOIN durable_claim AS c ON c.workflow = w.workflow
 LEFT JOIN durable_checkpoint AS r ON r.workflow = w.workflow AND r.key = :key;
 
 -- name: supply
--- First-writer-wins with no claim: the same upsert as record, unfenced.
+-- First-writer-wins with no claim, unfenced: the upsert whose no-op DO UPDATE hands back
+-- the value already there (or the one just written) in the same statement.
 INSERT INTO durable_checkpoint (workflow, key, value, recorded_at)
 VALUES (:workflow, :key, :value, :now)
 ON CONFLICT (workflow, key) DO UPDATE SET value = value
