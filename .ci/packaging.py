@@ -71,6 +71,8 @@ class Dist:
     package: str  # the import name the wheel ships
     store: str | None = None  # the entry-point name in the ``durable`` group
     drivers: tuple[str, ...] = ()  # third-party modules only this store may bring
+    entry: str = "plugin"  # the module under ``package`` its entry point names
+    lazy: bool = False  # loading the entry point must not import ``drivers``
 
     @property
     def path(self) -> Path:
@@ -90,8 +92,18 @@ STORES = (
         "durable_postgres",
         "postgres",
         ("psycopg", "psycopg_pool"),
+        entry="entry",
+        lazy=True,
     ),
-    Dist("durable-redis", "packages/durable-redis", "durable_redis", "redis", ("redis",)),
+    Dist(
+        "durable-redis",
+        "packages/durable-redis",
+        "durable_redis",
+        "redis",
+        ("redis",),
+        entry="entry",
+        lazy=True,
+    ),
 )
 CONFORMANCE = Dist("durable-conformance", "conformance", "durable_conformance")
 PUBLISHED = (CORE, *STORES, CONFORMANCE)
@@ -389,8 +401,11 @@ def metadata_problems(dist: Dist, core_version: str) -> list[str]:
                     say(f"depends on {driver}, the {other.store} store's driver")
         entry_points = project.get("entry-points", {})
         group = entry_points.get("durable", {}) if isinstance(entry_points, dict) else {}
-        if group.get(dist.store) != f"{dist.package}.plugin":
-            say(f'[project.entry-points.durable] should map {dist.store} = "{dist.package}.plugin"')
+        if group.get(dist.store) != f"{dist.package}.{dist.entry}":
+            say(
+                f"[project.entry-points.durable] should map "
+                f'{dist.store} = "{dist.package}.{dist.entry}"'
+            )
     if dist is CONFORMANCE:
         entry_points = project.get("entry-points", {})
         group = entry_points.get("pytest11", {}) if isinstance(entry_points, dict) else {}
@@ -581,8 +596,8 @@ def inspect_problems(dist: Dist, out: Path) -> list[str]:
     ):
         if required not in names:
             say(f"the wheel lacks {required}")
-    if dist.store is not None and f"{dist.package}/plugin.py" not in names:
-        say(f"the wheel lacks {dist.package}/plugin.py, which its entry point names")
+    if dist.store is not None and f"{dist.package}/{dist.entry}.py" not in names:
+        say(f"the wheel lacks {dist.package}/{dist.entry}.py, which its entry point names")
     strays = [n for n in shipped if not n.startswith(dist.package + "/")]
     if strays:
         say(f"the wheel ships files outside {dist.package}/: {strays[:5]}")
@@ -597,8 +612,8 @@ def inspect_problems(dist: Dist, out: Path) -> list[str]:
         say(f"METADATA License-Expression is {headers.get('License-Expression')!r}")
     if headers.get("Description-Content-Type", "").split(";")[0] != "text/markdown":
         say("METADATA has no Markdown long description")
-    if dist.store is not None and f"{dist.store} = {dist.package}.plugin" not in entry_points:
-        say(f"entry_points.txt does not register {dist.store} = {dist.package}.plugin")
+    if dist.store is not None and f"{dist.store} = {dist.package}.{dist.entry}" not in entry_points:
+        say(f"entry_points.txt does not register {dist.store} = {dist.package}.{dist.entry}")
     # Every module in the wheel must come from the sdist, or a rebuild from the sdist (what
     # a distro packager does) would lose it.
     with tarfile.open(sdist) as archive:
@@ -643,6 +658,7 @@ SMOKE = textwrap.dedent(
 
     store, distribution, url = sys.argv[1:4]
     forbidden = json.loads(sys.argv[4])
+    deferred = json.loads(sys.argv[5])  # drivers that finding the stores must not import
     failures = []
 
     def check(what, ok, detail=""):
@@ -664,6 +680,10 @@ SMOKE = textwrap.dedent(
     check(f"durable.stores() includes {store!r}", store in installed,
           f"installed: {sorted(installed)}; broken: {broken}")
     check("no store plugin is broken", not broken, json.dumps(broken))
+    if deferred:
+        loaded = [module for module in deferred if module in sys.modules]
+        check("finding the stores imports none of " + ", ".join(deferred), not loaded,
+              f"imported: {loaded}")
     if store in installed:
         plugin = installed[store]
         check(f"the {store} plugin names its distribution", plugin.distribution == distribution,
@@ -864,7 +884,15 @@ def check_store(store: Dist, out: Path, scratch: Path, conformance: bool) -> Rep
     smoke = workdir / "smoke.py"
     smoke.write_text(SMOKE)
     ran = run(
-        [venv_python(venv), smoke, str(store.store), store.name, server.url, json.dumps(forbidden)],
+        [
+            venv_python(venv),
+            smoke,
+            str(store.store),
+            store.name,
+            server.url,
+            json.dumps(forbidden),
+            json.dumps(list(store.drivers) if store.lazy else []),
+        ],
         cwd=outside,
         env=clean_env(venv),
         timeout=SMOKE_TIMEOUT,
