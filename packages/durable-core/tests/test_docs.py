@@ -37,11 +37,12 @@ Directives (several may share one comment):
     server), its own query options kept and the testbed's added. Those are the isolation
     options (postgres's ``schema``, redis's ``prefix``); code that builds its own pool or
     client passes them as keywords instead, so a keyword argument naming one with a string
-    literal (``migrate(pool, schema="orders_wf")``) gets the testbed's value, and the option
-    is left out of every URL literal of the block, which then names the server alone, as
-    psycopg and redis-py want. Such a block must therefore not also count on a URL literal
-    for its isolation, nor have two testbeds with that option. Without ``store=``, a body
-    runs against the memory store.
+    literal in a call of the store's (``migrate(pool, schema="orders_wf")``; the calls are
+    ``STORE_CALLS``) gets the testbed's value, and the option is left out of every URL
+    literal of the block, which then names the server alone, as psycopg and redis-py want.
+    Such a block must therefore not also count on a URL literal for its isolation, nor have
+    two testbeds with that option. A URL inside an f-string is left as it is. Without
+    ``store=``, a body runs against the memory store.
 ``file=PATH``
     Write the block to ``PATH`` in the page's directory instead of running it (a module a
     later command imports, such as the workflow a ``durable worker`` runs). It must compile
@@ -351,6 +352,32 @@ class Target:
     url: str
 
 
+STORE_CALLS = {
+    "migrate",
+    "on",
+    "over",
+    "open",
+    "open_postgres",
+    "open_redis",
+    "open_sqlite",
+    "PostgresCheckpointer",
+    "PostgresScheduler",
+    "RedisCheckpointer",
+    "RedisStreamScheduler",
+}
+"""The calls whose ``schema=`` or ``prefix=`` keyword names a store's isolation option (a
+keyword of any other call, ``tempfile.mkdtemp(prefix=...)`` say, is the reader's own)."""
+
+
+def _callee(call: ast.Call) -> str | None:
+    """The name a call is spelt with: ``migrate(...)`` and ``PostgresDurable.on(...)``."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
 class Rewriter(ast.NodeTransformer):
     """Points every URL literal of a block at the testbed of its store, and every isolation
     option the block passes as a keyword at the testbed's value (see ``store=`` above)."""
@@ -369,15 +396,26 @@ class Rewriter(ast.NodeTransformer):
         # Found before anything is rewritten: a URL literal usually comes before the
         # keyword that sets its option (a pool's URL, then migrate(pool, schema=...)).
         self.given = {
-            node.arg
+            keyword.arg
             for node in ast.walk(tree)
-            if isinstance(node, ast.keyword)
-            and node.arg is not None
-            and self._isolating(node) is not None
+            if isinstance(node, ast.Call) and _callee(node) in STORE_CALLS
+            for keyword in node.keywords
+            if keyword.arg is not None and self._isolating(keyword) is not None
         }
         visited = self.visit(tree)
         assert isinstance(visited, ast.Module)
         return ast.fix_missing_locations(visited)
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        self.generic_visit(node)
+        if _callee(node) in STORE_CALLS:
+            node.keywords = [self._keyword(keyword) for keyword in node.keywords]
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.JoinedStr:
+        # The pieces of an f-string are not whole URLs: pointing one at a testbed would
+        # splice the testbed's URL into the middle of the reader's.
+        return node
 
     def _isolating(self, node: ast.keyword) -> str | None:
         """The testbed's value for ``node``, if it sets an isolation option to a literal."""
@@ -396,10 +434,9 @@ class Rewriter(ast.NodeTransformer):
             )
         return values[0]
 
-    def visit_keyword(self, node: ast.keyword) -> ast.keyword:
+    def _keyword(self, node: ast.keyword) -> ast.keyword:
         value = self._isolating(node)
         if value is None:
-            self.generic_visit(node)
             return node
         return ast.copy_location(ast.keyword(node.arg, ast.Constant(value)), node)
 
@@ -847,3 +884,21 @@ def test_a_block_cannot_be_marked_to_skip() -> None:
     """Every example runs: a directive that would let one rot quietly is refused."""
     with pytest.raises(ValueError, match="unknown docs-test directive 'skip'"):
         parse_directives('skip reason="needs a server"', "page.md:1")
+
+
+def test_only_a_stores_own_calls_have_their_isolation_keywords_rewritten() -> None:
+    source = (
+        'scratch = tempfile.mkdtemp(prefix="scratch-")\n'
+        'store = RedisDurable.over(client, prefix="payments")\n'
+        'open("redis://localhost:6379/0")'
+    )
+    assert rewritten(source, ONE_NODE).splitlines() == [
+        "scratch = tempfile.mkdtemp(prefix='scratch-')",
+        "store = RedisDurable.over(client, prefix='durable-test-1')",
+        "open('redis://127.0.0.1:6379/0')",
+    ]
+
+
+def test_a_url_inside_an_f_string_is_left_alone() -> None:
+    source = 'open(f"redis://{host}:6379/0?prefix=payments")'
+    assert rewritten(source, ONE_NODE) == "open(f'redis://{host}:6379/0?prefix=payments')"

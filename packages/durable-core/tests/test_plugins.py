@@ -250,13 +250,16 @@ def test_stores_returns_a_copy() -> None:
 
 def test_lazy_exports_import_each_name_when_first_asked_and_keep_it() -> None:
     package = types.ModuleType("lazy_example")
-    package.__getattr__ = durable.plugins.lazy_exports(  # type: ignore[method-assign]
+    getattr_, dir_ = durable.plugins.lazy_exports(
         "lazy_example", {"dumps": "json", "missing": "json"}
     )
+    vars(package).update(__getattr__=getattr_, __dir__=dir_)
     sys.modules["lazy_example"] = package
     try:
         import json
 
+        assert {"dumps", "missing"} <= set(dir(package))  # listed before anything is imported
+        assert "dumps" not in vars(package)
         assert package.dumps is json.dumps
         assert vars(package)["dumps"] is json.dumps  # kept: the next lookup is a plain one
         with pytest.raises(AttributeError, match="'lazy_example' has no attribute 'loads'"):

@@ -178,20 +178,30 @@ class BrokenStore(StoreError):
     """A store plugin is installed but could not be loaded, or two share one name."""
 
 
-def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], object]:
-    """A module ``__getattr__`` for ``package``'s ``__init__``: each name in ``exports`` is
-    imported from the module it maps to the first time it is asked for, then kept.
+def lazy_exports(
+    package: str, exports: Mapping[str, str]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """A module ``__getattr__`` and ``__dir__`` for ``package``'s ``__init__``: each name in
+    ``exports`` is imported from the module it maps to the first time it is asked for, then
+    kept, and ``dir()`` lists them all before then too.
 
     A store package whose ``__init__`` re-exported its classes directly would import its
     driver whenever anything imported the package, the entry point included (redis-py alone
-    takes about a third of a second). Use it under ``if not TYPE_CHECKING:``, with the same
-    names imported under ``if TYPE_CHECKING:``, so that type checkers see real imports and
-    still reject a misspelt name::
+    takes about a third of a second). Assign them under ``if not TYPE_CHECKING:``, with the
+    same names imported under ``if TYPE_CHECKING:``, so that type checkers see real imports
+    and still reject a misspelt name::
 
-        if TYPE_CHECKING:
+        import typing as _typing
+
+        from durable.plugins import lazy_exports as _lazy_exports
+
+        if _typing.TYPE_CHECKING:
             from mystore.durable import MyDurable
         else:
-            __getattr__ = lazy_exports(__name__, {"MyDurable": "mystore.durable"})
+            __getattr__, __dir__ = _lazy_exports(__name__, {"MyDurable": "mystore.durable"})
+
+    Name no export after a submodule of the package: importing the submodule sets an
+    attribute of that name on the package, which then hides the export.
     """
 
     def __getattr__(name: str) -> object:
@@ -202,7 +212,10 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], ob
         setattr(sys.modules[package], name, value)
         return value
 
-    return __getattr__
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
 
 
 @dataclass(frozen=True)

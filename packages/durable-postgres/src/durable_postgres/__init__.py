@@ -12,11 +12,11 @@ exactly-once; every other guarantee of the contract is one statement or one tran
 or simply ``async with durable.open("postgresql://user@host/db") as store``.
 """
 
-from typing import TYPE_CHECKING
+import typing as _typing
 
-from durable.plugins import lazy_exports
+from durable.plugins import lazy_exports as _lazy_exports
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from durable_postgres.checkpointer import PostgresCheckpointer, PostgresEffect
     from durable_postgres.durable import PostgresDurable
     from durable_postgres.errors import (
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 else:
     # Imported when first used, so that loading the entry point (every durable command
     # does) does not import psycopg.
-    __getattr__ = lazy_exports(
+    __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
             "ConnectionLost": "durable_postgres.errors",

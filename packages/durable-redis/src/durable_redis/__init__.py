@@ -12,11 +12,11 @@ hash tag, and the same code runs on one node and on a cluster::
         ...
 """
 
-from typing import TYPE_CHECKING
+import typing as _typing
 
-from durable.plugins import lazy_exports
+from durable.plugins import lazy_exports as _lazy_exports
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from durable_redis.checkpointer import RedisCheckpointer
     from durable_redis.durable import RedisDurable
     from durable_redis.effect import LuaEffect
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 else:
     # Imported when first used, so that loading the entry point (every durable command
     # does) does not import redis-py.
-    __getattr__ = lazy_exports(
+    __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
             "CrossSlotError": "durable_redis.errors",
