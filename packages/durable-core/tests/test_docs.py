@@ -47,15 +47,22 @@ Directives (several may share one comment):
     Write the block to ``PATH`` in the page's directory instead of running it (a module a
     later command imports, such as the workflow a ``durable worker`` runs). It must compile
     and define every name it uses.
+``entry-point=NAME``
+    With ``file=``: also install the module as the store plugin ``NAME`` (an entry point in
+    the ``durable`` group of a distribution called ``NAME``), for the page's commands only,
+    as a third party's ``pip install`` would, before the page's first block runs.
 
 There is no directive to skip a block: every example runs. One that needs a server at a
 named host names it in a URL literal, and ``store=`` points that at a testbed. (A block
 against a store whose server this machine lacks is skipped with the hook's reason, as
 every test of that store is.)
 
-For a ```` ```bash ```` block, only lines that start with ``durable`` run (``pip`` and the
-like do not); each runs as ``python -m durable.cli ...`` in the page's directory, with that
-directory on ``PYTHONPATH``, and must exit 0, or the code its comment names (``# exits 3``).
+For a ```` ```bash ```` block, only lines that start with ``durable`` or ``pytest`` run
+(``pip`` and the like do not); each runs as ``python -m durable.cli ...`` in the page's
+directory, with that directory on ``PYTHONPATH``, and must exit 0, or the code its comment
+names (``# exits 3``). A ``pytest`` line is collected rather than run, with
+``--collect-only``: that proves its options, the stores it names and its ``-k`` (a
+selection of nothing exits 5), while the suite itself runs in ``hatch run certify``.
 ``durable worker`` starts in the background and keeps running until the page is done, when
 it is sent SIGTERM and must exit 0. Bash blocks take ``after="TEXT"`` (wait, before
 running, until a background worker has logged ``TEXT``) and ``expect="TEXT"`` (``TEXT`` must
@@ -110,7 +117,9 @@ PYTHON = {"python", "py", "python3"}
 SHELL = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
-KNOWN = {"setup", "body", "store", "file", "after", "expect", "output"}
+KNOWN = {"setup", "body", "store", "file", "entry-point", "after", "expect", "output"}
+COMMANDS = ("durable ", "pytest ")
+"""What a line of a shell block starts with, when it is a command the page runs."""
 
 
 def pages() -> list[Path]:
@@ -216,9 +225,9 @@ def _attach_outputs(blocks: list[Block]) -> list[Block]:
 
 
 def shell_commands(source: str) -> list[str]:
-    """The logical lines of a shell block that run ``durable``."""
+    """The logical lines of a shell block that run ``durable`` or ``pytest``."""
     joined = source.replace("\\\n", " ")
-    return [line.strip() for line in joined.splitlines() if line.strip().startswith("durable ")]
+    return [line.strip() for line in joined.splitlines() if line.strip().startswith(COMMANDS)]
 
 
 ALL_BLOCKS = [block for path in pages() for block in read_blocks(path)]
@@ -508,6 +517,12 @@ class PageRun:
 
     def __post_init__(self) -> None:
         self.namespace.update(__name__="__main__", __file__=str(self.directory / "page.py"))
+        # A store the page installs is installed before its first command, as a reader has
+        # installed the store before reading how to certify it.
+        for block in self.blocks:
+            if "entry-point" in block.directives:
+                with _inside(self.directory):
+                    self._file(block)
 
     def outcome(self, block: Block) -> BaseException | None:
         """Run every block of the page up to ``block`` that has not run; ``block``'s outcome."""
@@ -574,6 +589,21 @@ class PageRun:
         missing = undefined(block.source, {"__name__": target.stem})
         assert not missing, f"{block.name} ({target.name}) uses undefined {', '.join(missing)}"
         exec(compile(block.source, str(target), "exec"), {"__name__": target.stem})
+        name = block.directives.get("entry-point")
+        if name:
+            self._install(name, target.stem)
+
+    def _install(self, name: str, module: str) -> None:
+        """A distribution ``name`` with ``module`` as its ``durable`` entry point, on the
+        page's ``PYTHONPATH`` (so seen by its commands, not by this process)."""
+        installed = self.directory / ".installed"
+        info = installed / f"{name}-0.0.0.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
+        (info / "entry_points.txt").write_text(f"[durable]\n{name} = {module}\n")
+        path = self.environment["PYTHONPATH"].split(os.pathsep)
+        if str(installed) not in path:
+            self.environment["PYTHONPATH"] = os.pathsep.join([*path, str(installed)])
 
     async def _prepare(self, block: Block) -> list[tuple[StorePlugin, Testbed[Any]]]:
         """The block's testbeds, one per ``store=`` entry, the first one's in the namespace;
@@ -639,12 +669,16 @@ class PageRun:
         started: list[Background] = []
         for line in shell_commands(block.source):
             code = re.search(r"#\s*exits?\s+(\d+)", line)
-            arguments = shlex.split(line, comments=True)[1:]
-            if arguments[:1] == ["worker"]:
+            program, *arguments = shlex.split(line, comments=True)
+            if program == "durable" and arguments[:1] == ["worker"]:
                 started.append(self._start(line, arguments))
                 continue
+            if program == "pytest":
+                command = [sys.executable, "-m", "pytest", *arguments, "--collect-only", "-q"]
+            else:
+                command = [sys.executable, "-m", "durable.cli", *arguments]
             done = subprocess.run(
-                [sys.executable, "-m", "durable.cli", *arguments],
+                command,
                 cwd=self.directory,
                 env=self.environment,
                 stdin=subprocess.DEVNULL,
@@ -655,7 +689,8 @@ class PageRun:
             )
             wanted = int(code[1]) if code else 0
             assert done.returncode == wanted, (
-                f"{block.name}: `{line}` exited {done.returncode}, not {wanted}:\n{done.stderr}"
+                f"{block.name}: `{line}` exited {done.returncode}, not {wanted}:\n"
+                f"{done.stdout[-2000:]}{done.stderr}"
             )
             printed.append(done.stdout + done.stderr)
         self.background.extend(started)
