@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
 import aiosqlite
 import pytest
-from durable.interfaces import StoreError
+from durable.clock import ManualClock
+from durable.interfaces import Pass, StoreError
 from durable_sqlite import (
     DatabaseRefused,
     ForeignTable,
@@ -150,27 +152,54 @@ async def test_a_connection_left_in_a_transaction_is_refused_clearly(path: Path)
         assert await store.checkpointer.supply("wf", "k", 1) == 1
 
 
-async def writes_land_or_fail(store: SqliteDurable, path: Path) -> list[str]:
-    """Claim, record, supply and append on ``store``; each that returned must already be
-    in the file as another connection reads it. What each did: "landed" or its error."""
-    cp = store.checkpointer
+STATE = (
+    "SELECT workflow, token, live_until, budget_until FROM durable_claim",
+    "SELECT seq, workflow, key, value FROM durable_checkpoint ORDER BY seq",
+)
+
+
+async def held_back(connection: aiosqlite.Connection, path: Path) -> bool:
+    """Whether the store's connection sees writes another connection does not: writes it
+    has made that are not committed yet."""
+    for sql in STATE:
+        async with connection.execute(sql) as cursor:
+            own = [tuple(row) for row in await cursor.fetchall()]
+        if own != query(path, sql):
+            return True
+    return False
+
+
+async def each_write_lands(
+    connection: aiosqlite.Connection, path: Path, holder: Pass, clock: ManualClock
+) -> list[str]:
+    """Renew, record, supply, append and release, in turn: each that returns must already
+    be in the file as another connection reads it. What each did: "landed", or its error."""
+    cp = SqliteDurable.over(connection, clock=clock).checkpointer
+    writes: list[Callable[[], Awaitable[object]]] = [
+        lambda: cp.renew(holder),
+        lambda: cp.record(holder, "step", 1),
+        lambda: cp.supply("wf", "approval", True),
+        lambda: cp.append("wf", "hello"),
+        lambda: cp.release(holder),
+    ]
     done: list[str] = []
-    try:
-        holder = await cp.claim("wf", liveness=timedelta(seconds=5), budget=timedelta(minutes=1))
-        assert holder is not None
-        assert query(path, "SELECT token FROM durable_claim") == [(1,)]
+    for write in writes:
+        clock.advance(timedelta(seconds=1))  # so that renew moves the deadline
+        try:
+            await write()
+        except StoreError as refused:
+            done.append(str(refused))
+            break
+        assert not await held_back(connection, path), f"write {len(done) + 1} not committed"
         done.append("landed")
-        for write in (
-            cp.record(holder, "step", 1),
-            cp.supply("wf", "approval", True),
-            cp.append("wf", "hello"),
-        ):
-            await write
-            assert len(query(path, "SELECT key FROM durable_checkpoint")) == len(done)
-            done.append("landed")
-    except sqlite3.OperationalError as refused:
-        done.append(str(refused))
     return done
+
+
+async def claimed(connection: aiosqlite.Connection, clock: ManualClock) -> Pass:
+    cp = SqliteDurable.over(connection, clock=clock).checkpointer
+    holder = await cp.claim("wf", liveness=timedelta(seconds=5), budget=timedelta(minutes=1))
+    assert holder is not None
+    return holder
 
 
 async def test_a_write_that_returned_is_in_the_file_even_on_a_connection_not_in_autocommit(
@@ -178,35 +207,48 @@ async def test_a_write_that_returned_is_in_the_file_even_on_a_connection_not_in_
 ) -> None:
     """``configure`` takes a connection opened some other way, such as aiosqlite's own
     default, whose sqlite3 module opens transactions implicitly and waits for a commit."""
+    clock = ManualClock()
     async with aiosqlite.connect(path) as connection:
         assert connection.isolation_level is not None
         await configure(connection)
-        assert await writes_land_or_fail(SqliteDurable.over(connection), path) == ["landed"] * 4
+        holder = await claimed(connection, clock)
+        assert not await held_back(connection, path)
+        assert await each_write_lands(connection, path, holder, clock) == ["landed"] * 5
 
 
-@pytest.mark.parametrize(
-    "running",
-    ["SELECT n FROM numbers", "UPDATE numbers SET n = n + 1 RETURNING n"],
-    ids=["a-read", "a-write"],
-)
-async def test_a_statement_the_application_left_running_never_holds_back_a_returned_write(
-    path: Path, running: str
-) -> None:
-    """SQLite commits a transaction only once every statement on its connection has
-    finished. The application shares the connection and is midway through reading a
-    statement's rows: each store write that returns must be in the file regardless, and
-    one that cannot be committed must say so rather than return."""
+async def test_an_unfinished_read_of_the_applications_holds_back_no_write(path: Path) -> None:
+    """The application shares the connection and is midway through a query's rows."""
+    clock = ManualClock()
     async with connect(path) as connection:
-        store = SqliteDurable.over(connection)
+        holder = await claimed(connection, clock)
         await connection.execute("CREATE TABLE numbers (n INTEGER)")
         await connection.executemany("INSERT INTO numbers VALUES (?)", [(n,) for n in range(500)])
-        cursor = await connection.execute(running)
-        assert await cursor.fetchone() is not None  # and 499 rows still to come
-        outcomes = await writes_land_or_fail(store, path)
-        assert outcomes[:-1] == ["landed"] * (len(outcomes) - 1)
-        assert outcomes[-1] == "landed" or "SQL statements in progress" in outcomes[-1]
-        await cursor.close()
+        async with connection.execute("SELECT n FROM numbers") as cursor:
+            assert await cursor.fetchone() is not None  # and 499 rows still to come
+            assert await each_write_lands(connection, path, holder, clock) == ["landed"] * 5
+            assert len(list(await cursor.fetchall())) == 499
+
+
+async def test_an_unfinished_write_of_the_applications_makes_the_store_refuse_not_return(
+    path: Path,
+) -> None:
+    """SQLite commits nothing on a connection while a writing statement on it is unfinished
+    (here an ``UPDATE ... RETURNING`` whose rows the application is still reading). A store
+    write must then fail, saying why, rather than return uncommitted; its rollback undoes
+    the application's statement too, and the error says that as well."""
+    clock = ManualClock()
+    async with connect(path) as connection:
+        holder = await claimed(connection, clock)
+        await connection.execute("CREATE TABLE numbers (n INTEGER)")
+        await connection.executemany("INSERT INTO numbers VALUES (?)", [(n,) for n in range(500)])
+        async with connection.execute("UPDATE numbers SET n = n + 1 RETURNING n") as cursor:
+            assert await cursor.fetchone() is not None
+            (refused,) = await each_write_lands(connection, path, holder, clock)
+        assert "writing statement of the application's is unfinished" in refused
+        assert "undid that statement's changes too" in refused
+        assert query(path, "SELECT sum(n) FROM numbers") == [(sum(range(500)),)]
         assert not connection.in_transaction
+        assert not await held_back(connection, path)
 
 
 # -- bad input ---------------------------------------------------------------------------

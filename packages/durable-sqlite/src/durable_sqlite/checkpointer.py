@@ -175,7 +175,10 @@ class SqliteCheckpointer:
         token, budget_until, stored = raw.execute(self._sql["record_outcome"], params).fetchall()[0]
         if token != holder.token:
             raise self._fenced(holder, token, budget_until, f"record of {key!r}")
-        if stored is None:  # ruled out by record_outcome's reasoning; never a silent None
+        # The token matched inside this transaction, so the insert's SELECT yielded its row
+        # and only a conflict can have stopped it: the key holds a value. Unless something
+        # outside the store dropped the row; never hand that back as a silent None.
+        if stored is None:
             raise StoreError(
                 f"workflow {holder.workflow!r}, key {key!r}: the record inserted nothing, yet "
                 f"{holder} still holds the claim and the key has no value; the file was "
