@@ -41,8 +41,9 @@ Directives (several may share one comment):
     ``STORE_CALLS``) gets the testbed's value, and the option is left out of every URL
     literal of the block, which then names the server alone, as psycopg and redis-py want.
     Such a block must therefore not also count on a URL literal for its isolation, nor have
-    two testbeds with that option. A URL inside an f-string is left as it is. Without
-    ``store=``, a body runs against the memory store.
+    two testbeds with that option. A testbed's URL inside an f-string is refused: it
+    could be pointed at nothing whole. Without ``store=``, a body runs against the memory
+    store.
 ``file=PATH``
     Write the block to ``PATH`` in the page's directory instead of running it (a module a
     later command imports, such as the workflow a ``durable worker`` runs). It must compile
@@ -159,6 +160,8 @@ def parse_directives(text: str, where: str) -> dict[str, str]:
                 f"{where}: unknown docs-test directive {key!r}; known: {', '.join(sorted(KNOWN))}"
             )
         found[key] = value
+    if "entry-point" in found and "file" not in found:
+        raise ValueError(f"{where}: entry-point= installs a file= block; this block has no file=")
     return found
 
 
@@ -423,7 +426,17 @@ class Rewriter(ast.NodeTransformer):
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.JoinedStr:
         # The pieces of an f-string are not whole URLs: pointing one at a testbed would
-        # splice the testbed's URL into the middle of the reader's.
+        # splice the testbed's URL into the middle of the reader's, and leaving one of a
+        # testbed's stores as it is would run the block against the reader's server.
+        for part in node.values:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                for schemes, _ in self.targets:
+                    named = [scheme for scheme in schemes if f"{scheme}://" in part.value]
+                    if named:
+                        raise ValueError(
+                            f"a {named[0]}:// URL inside an f-string cannot be pointed at the "
+                            "block's testbed; write it as a plain string literal"
+                        )
         return node
 
     def _isolating(self, node: ast.keyword) -> str | None:
@@ -514,18 +527,21 @@ class PageRun:
     runner: asyncio.Runner = field(default_factory=asyncio.Runner)
     stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     finished: bool = False
+    installed: bool = False
 
     def __post_init__(self) -> None:
         self.namespace.update(__name__="__main__", __file__=str(self.directory / "page.py"))
-        # A store the page installs is installed before its first command, as a reader has
-        # installed the store before reading how to certify it.
-        for block in self.blocks:
-            if "entry-point" in block.directives:
-                with _inside(self.directory):
-                    self._file(block)
 
     def outcome(self, block: Block) -> BaseException | None:
         """Run every block of the page up to ``block`` that has not run; ``block``'s outcome."""
+        if not self.installed:
+            self.installed = True
+            # A store the page installs is installed before its first command, as a reader
+            # has installed the store before reading how to certify it. Here rather than
+            # when the page is set up, so that a failure fails this page alone.
+            for each in self.blocks:
+                if "entry-point" in each.directives:
+                    self.outcomes[each.line] = self._attempt(each)
         for each in self.blocks:
             if each.line not in self.outcomes:
                 self.outcomes[each.line] = self._attempt(each)
@@ -934,6 +950,16 @@ def test_only_a_stores_own_calls_have_their_isolation_keywords_rewritten() -> No
     ]
 
 
-def test_a_url_inside_an_f_string_is_left_alone() -> None:
-    source = 'open(f"redis://{host}:6379/0?prefix=payments")'
-    assert rewritten(source, ONE_NODE) == "open(f'redis://{host}:6379/0?prefix=payments')"
+def test_an_f_string_naming_no_store_is_left_alone() -> None:
+    source = 'print(f"order {n}: https://shop.example/orders/{n}")'
+    assert rewritten(source, ONE_NODE) == "print(f'order {n}: https://shop.example/orders/{n}')"
+
+
+def test_a_store_url_inside_an_f_string_is_refused_rather_than_run_unisolated() -> None:
+    with pytest.raises(ValueError, match="redis:// URL inside an f-string"):
+        rewritten('open(f"redis://{host}:6379/0?prefix=payments")', ONE_NODE)
+
+
+def test_an_entry_point_without_a_file_is_refused() -> None:
+    with pytest.raises(ValueError, match="entry-point= installs a file= block"):
+        parse_directives("entry-point=mystore", "page.md:1")
