@@ -202,6 +202,12 @@ async def claimed(connection: aiosqlite.Connection, clock: ManualClock) -> Pass:
     return holder
 
 
+async def application_rows(connection: aiosqlite.Connection) -> None:
+    """A table of the application's, on the store's connection: 500 rows to read or update."""
+    await connection.execute("CREATE TABLE numbers (n INTEGER)")
+    await connection.executemany("INSERT INTO numbers VALUES (?)", [(n,) for n in range(500)])
+
+
 async def test_a_write_that_returned_is_in_the_file_even_on_a_connection_not_in_autocommit(
     path: Path,
 ) -> None:
@@ -221,8 +227,7 @@ async def test_an_unfinished_read_of_the_applications_holds_back_no_write(path: 
     clock = ManualClock()
     async with connect(path) as connection:
         holder = await claimed(connection, clock)
-        await connection.execute("CREATE TABLE numbers (n INTEGER)")
-        await connection.executemany("INSERT INTO numbers VALUES (?)", [(n,) for n in range(500)])
+        await application_rows(connection)
         async with connection.execute("SELECT n FROM numbers") as cursor:
             assert await cursor.fetchone() is not None  # and 499 rows still to come
             assert await each_write_lands(connection, path, holder, clock) == ["landed"] * 5
@@ -239,8 +244,7 @@ async def test_an_unfinished_write_of_the_applications_makes_the_store_refuse_no
     clock = ManualClock()
     async with connect(path) as connection:
         holder = await claimed(connection, clock)
-        await connection.execute("CREATE TABLE numbers (n INTEGER)")
-        await connection.executemany("INSERT INTO numbers VALUES (?)", [(n,) for n in range(500)])
+        await application_rows(connection)
         async with connection.execute("UPDATE numbers SET n = n + 1 RETURNING n") as cursor:
             assert await cursor.fetchone() is not None
             (refused,) = await each_write_lands(connection, path, holder, clock)
