@@ -21,8 +21,9 @@ from durable_redis import (
     UntaggedKey,
 )
 from durable_redis.keys import hash_tag_of, tag_for, workflow_of_tag
-from durable_redis.plugin import connect, open_redis, parse_url
-from durable_redis.servers import free_port, start_server
+from durable_redis.plugin import WaitingCluster, connect, open_redis, parse_url
+from durable_redis.servers import LocalCluster, free_port, start_server
+from durable_redis.testing import clean_prefix
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ClusterCrossSlotError, ResponseError
@@ -298,6 +299,48 @@ async def test_fifty_concurrent_claimers_on_separate_connections_get_one_winner(
             await client.aclose()
     winners = [p for p in passes if p is not None]
     assert len(winners) == 1
+
+
+async def test_hundreds_of_concurrent_writes_on_one_cluster_client_wait_rather_than_fail(
+    cluster: LocalCluster,
+) -> None:
+    """redis-py's cluster client refuses a command at once when its node already has 100
+    connections busy; the store's client makes it wait for one instead."""
+    prefix = f"durable-test-{random.getrandbits(48):012x}"
+    async with open_redis(cluster.url, prefix=prefix) as store:
+        cp = store.checkpointer
+        assert isinstance(cp.client, WaitingCluster)
+        await cp.client.ping()
+        workflows = [f"burst-{i}" for i in range(600)]  # about 200 to each primary at once
+        passes = await asyncio.gather(
+            *(cp.claim(wf, liveness=LIVE, budget=BUDGET) for wf in workflows)
+        )
+        assert all(p is not None for p in passes)
+        recorded = await asyncio.gather(
+            *(cp.record(p, "step", p.workflow) for p in passes if p is not None)
+        )
+        assert [r.value for r in recorded] == workflows
+        await asyncio.gather(*(store.discard(wf) for wf in workflows))
+    async with open_redis(cluster.url, prefix=prefix) as store:
+        await clean_prefix(store.checkpointer.client, prefix)
+
+
+async def test_a_plain_cluster_client_does_fail_under_the_same_burst(cluster: LocalCluster) -> None:
+    """The control for the test above: without waiting, the same burst fails, so the test
+    above shows the waiting and not a burst too small to matter."""
+    client = RedisCluster.from_url(parse_url(cluster.url).client_url, decode_responses=True)
+    try:
+        await client.ping()
+        prefix = f"durable-test-{random.getrandbits(48):012x}"
+        cp = RedisCheckpointer(client, prefix=prefix)
+        outcomes = await asyncio.gather(
+            *(cp.claim(f"burst-{i}", liveness=LIVE, budget=BUDGET) for i in range(600)),
+            return_exceptions=True,
+        )
+        assert any(isinstance(o, BaseException) for o in outcomes)
+        await clean_prefix(client, prefix)
+    finally:
+        await client.aclose()
 
 
 # -- the stream -----------------------------------------------------------------------------
