@@ -129,8 +129,8 @@ class SqliteCheckpointer:
         sql, now = self._sql["claim"], self._now
 
         def claim(raw: sqlite3.Connection) -> int | None:
-            rows = raw.execute(sql, {**params, "now": now()}).fetchall()
-            return int(rows[0][0]) if rows else None
+            row = raw.execute(sql, {**params, "now": now()}).fetchone()
+            return None if row is None else int(row[0])
 
         token = await transaction(self.connection, claim)
         return None if token is None else Pass(workflow, token)
@@ -140,7 +140,7 @@ class SqliteCheckpointer:
 
         def renew(raw: sqlite3.Connection) -> None:
             params = {"workflow": holder.workflow, "token": holder.token, "now": now()}
-            if not raw.execute(sql, params).fetchall():
+            if raw.execute(sql, params).fetchone() is None:
                 raise self._refusal(raw, holder, "renew")
 
         await transaction(self.connection, renew)
@@ -149,7 +149,7 @@ class SqliteCheckpointer:
     async def release(self, holder: Pass) -> None:
         sql = self._sql["release"]
         params = {"workflow": holder.workflow, "token": holder.token}
-        await transaction(self.connection, lambda raw: raw.execute(sql, params).fetchall())
+        await transaction(self.connection, lambda raw: raw.execute(sql, params))
 
     # -- writes ------------------------------------------------------------------------
 
@@ -172,7 +172,7 @@ class SqliteCheckpointer:
         """The value a record that inserted nothing meets, or why it was refused: read in
         the record's own transaction, so nothing can have moved in between."""
         params = {"workflow": holder.workflow, "key": key}
-        token, budget_until, stored = raw.execute(self._sql["record_outcome"], params).fetchall()[0]
+        token, budget_until, stored = raw.execute(self._sql["record_outcome"], params).fetchone()
         if token != holder.token:
             raise self._fenced(holder, token, budget_until, f"record of {key!r}")
         # The token matched inside this transaction, so the insert's SELECT yielded its row
@@ -246,7 +246,7 @@ class SqliteCheckpointer:
 
     def _supply_in(self, raw: sqlite3.Connection, workflow: str, key: str, encoded: object) -> Any:
         params = {"workflow": workflow, "key": key, "value": encoded, "now": self._now()}
-        return raw.execute(self._sql["supply"], params).fetchall()[0][0]
+        return raw.execute(self._sql["supply"], params).fetchone()[0]
 
     async def append(self, workflow: str, value: object) -> str:
         check_workflow(workflow)
@@ -264,7 +264,7 @@ class SqliteCheckpointer:
             "prefix": INBOX_PREFIX,
             "now": self._now(),
         }
-        return str(raw.execute(self._sql["append"], params).fetchall()[0][0])
+        return str(raw.execute(self._sql["append"], params).fetchone()[0])
 
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)
