@@ -285,34 +285,19 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--store", required=True, metavar="URL")
     worker.add_argument("--limit", type=_positive, default=8, help="passes at once (8)")
     worker.add_argument("--lease", type=_seconds, metavar="S", help="claim liveness in seconds")
-    worker.add_argument(
-        "--grace",
-        type=_seconds,
-        default=timedelta(seconds=30),
-        metavar="S",
-        help="how long passes in flight may finish after a stop signal (30)",
-    )
-    worker.add_argument(
-        "--poll",
-        type=_seconds,
-        default=timedelta(seconds=1),
-        metavar="S",
-        help="longest wait for work before looking again (1)",
-    )
-    worker.add_argument(
-        "--tick",
-        type=_seconds,
-        default=timedelta(seconds=1),
-        metavar="S",
-        help="how often the timer wakes due sleepers (1)",
-    )
-    worker.add_argument(
-        "--retry",
-        type=_seconds,
-        default=timedelta(seconds=5),
-        metavar="S",
-        help="how long a contended, fenced or failed pass is deferred (5)",
-    )
+    for name, seconds, meaning in (
+        ("grace", 30, "how long passes in flight may finish after a stop signal"),
+        ("poll", 1, "longest wait for work before looking again"),
+        ("tick", 1, "how often the timer wakes due sleepers"),
+        ("retry", 5, "how long a contended, fenced or failed pass is deferred"),
+    ):
+        worker.add_argument(
+            f"--{name}",
+            type=_seconds,
+            default=timedelta(seconds=seconds),
+            metavar="S",
+            help=f"{meaning} ({seconds})",
+        )
     worker.set_defaults(run=_worker)
 
     arrive = commands.add_parser("arrive", help="supply a value and make the workflow ready")
