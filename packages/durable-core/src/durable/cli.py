@@ -20,6 +20,7 @@ import asyncio
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -58,6 +59,11 @@ def _body(spec: str) -> Callable[..., Any]:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise Exit(USAGE, f"expected MODULE:BODY (like orders.workflows:payout), got {spec!r}")
+    # The installed script's sys.path[0] is the virtualenv's bin/, not the directory the
+    # command was typed in; import from the latter, as uvicorn, celery and gunicorn do.
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
