@@ -20,9 +20,18 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from durable.boundary import check_duration, check_key, check_workflow
+from durable.boundary import check_duration, check_key, check_message_id, check_workflow
 from durable.codec import CheckpointCodec, JsonCodec, UnencodableValue, encode_value
-from durable.interfaces import INBOX_PREFIX, Claimed, Entry, Fenced, Pass, Recorded, inbox_key
+from durable.interfaces import (
+    INBOX_PREFIX,
+    SENT_PREFIX,
+    Claimed,
+    Entry,
+    Fenced,
+    Pass,
+    Recorded,
+    inbox_key,
+)
 from redis.exceptions import ResponseError
 
 from durable_redis.effect import LuaEffect
@@ -140,8 +149,11 @@ class RedisCheckpointer:
             raise self._translated(error, f"reading workflow {workflow!r}", (records,)) from error
         rows = []
         for field, packed in raw.items():
+            key = as_text(field)
+            if key.startswith(SENT_PREFIX):
+                continue  # a message id append remembers: bookkeeping, not a record
             position, at, encoding = as_text(packed).split(":", 2)
-            rows.append((int(position), as_text(field), at, encoding))
+            rows.append((int(position), key, at, encoding))
         rows.sort()
         return rows
 
@@ -321,16 +333,20 @@ class RedisCheckpointer:
             return self.codec.decode(encoded)
         return self.codec.decode(as_text(reply[1]))
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        """One script either way. Without ``message_id`` a repeat appends again, and the
+        client's own retry of a command whose connection dropped is such a repeat; with it,
+        every repeat (that retry included) answers the first append's key."""
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         encoded = self._encode(workflow, "<inbox>", value)
         records, claim = self._keys(workflow)
-        key = await self._call(
-            "append",
-            (records, claim),
-            (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl),
-            f"append to {workflow!r}",
-        )
+        args: tuple[str, ...] = (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl)
+        doing = f"append to {workflow!r}"
+        if message_id is not None:
+            args = (*args, SENT_PREFIX + message_id)
+            doing = f"append to {workflow!r} with message id {message_id!r}"
+        key = await self._call("append", (records, claim), args, doing)
         return as_text(key)
 
     async def discard(self, workflow: str) -> None:
