@@ -17,6 +17,7 @@ record is stamped with it at its winning write.
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -334,19 +335,30 @@ class RedisCheckpointer:
         return self.codec.decode(as_text(reply[1]))
 
     async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
-        """One script either way. Without ``message_id`` a repeat appends again, and the
-        client's own retry of a command whose connection dropped is such a repeat; with it,
-        every repeat (that retry included) answers the first append's key."""
+        """One script, always with a message id: the caller's, or one of this call's own.
+
+        redis-py sends a command again when its connection drops before the answer (the
+        client :func:`~durable_redis.plugin.connect` builds does, three times), and a
+        script that ran before the drop would then run twice. Giving every call an id
+        makes that resend find the first run's marker and answer its key, so one call
+        appends once; a second call without an id has an id of its own and appends again,
+        as ``append`` without an id must. The cost is a marker beside every entry.
+        """
         check_workflow(workflow)
         check_message_id(workflow, message_id)
         encoded = self._encode(workflow, "<inbox>", value)
         records, claim = self._keys(workflow)
-        args: tuple[str, ...] = (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl)
-        doing = f"append to {workflow!r}"
-        if message_id is not None:
-            args = (*args, SENT_PREFIX + message_id)
+        if message_id is None:
+            marker, doing = f"{SENT_PREFIX}call:{uuid.uuid4().hex}", f"append to {workflow!r}"
+        else:
+            marker = SENT_PREFIX + message_id
             doing = f"append to {workflow!r} with message id {message_id!r}"
-        key = await self._call("append", (records, claim), args, doing)
+        key = await self._call(
+            "append",
+            (records, claim),
+            (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl, marker),
+            doing,
+        )
         return as_text(key)
 
     async def discard(self, workflow: str) -> None:
