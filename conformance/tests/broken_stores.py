@@ -84,7 +84,9 @@ class LosesOrderOnConflict(MemoryCheckpointer):
 class RacyMaxAppends(MemoryCheckpointer):
     """append reads the highest position, then writes the next one, in two round trips."""
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        if message_id is not None:
+            return await super().append(workflow, value, message_id=message_id)
         check_workflow(workflow)
         encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
         await asyncio.sleep(0)

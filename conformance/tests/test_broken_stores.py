@@ -73,7 +73,13 @@ CASES = [
         "racy-appends",
         "append.concurrent-appends-all-land",
         "test_append or test_durable_send",
-        frozenset({"append.key-order-is-load-order", "durable.send-appends-and-readies"}),
+        frozenset(
+            {
+                "append.key-order-is-load-order",
+                "append.message-id-once-under-concurrency",
+                "durable.send-appends-and-readies",
+            }
+        ),
     ),
     Case(
         "checks-then-appends",

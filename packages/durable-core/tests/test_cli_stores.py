@@ -245,9 +245,7 @@ def test_send_with_an_id_twice_prints_one_key_and_without_prints_two(
     assert [r["value"] for r in cli.show(store, "wf-2")["records"]] == ["pay", "pay"]
 
 
-def test_send_with_an_empty_id_is_a_usage_error_naming_the_workflow(
-    cli: Cli, store: Store
-) -> None:
+def test_send_with_an_empty_id_is_a_usage_error_naming_the_workflow(cli: Cli, store: Store) -> None:
     done = cli.run("send", store.url, "wf-1", '"pay"', "--id", "")
     assert done.returncode == 2, done.stderr
     assert "workflow 'wf-1': a message id must be a non-empty string" in done.stderr

@@ -54,6 +54,8 @@ class SplitDurable(Generic[E]):
         check_message_id(workflow, message_id)
         # With an id, a send repeated after a crash between the two writes finds its entry
         # and queues the wakeup the first one never did: the id makes the repair safe.
+        # Without one, append is called as it always was, so a checkpointer written before
+        # message ids still serves every send that does not use them.
         if message_id is None:
             key = await self._checkpointer.append(workflow, value)
         else:

@@ -10,7 +10,7 @@ own ``UPDATE`` and its checkpoint commit together, and that step is exactly-once
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -291,8 +291,8 @@ class PostgresCheckpointer:
     async def _append_once(
         self,
         workflow: str,
-        params: dict[str, object],
-        after: list[tuple[bytes, dict[str, object]]],
+        params: Params,
+        after: Sequence[tuple[bytes, Params]],
         subject: Subject,
     ) -> str:
         """An append with a message id, and the statements of ``after`` (a ``make_ready``),
@@ -304,7 +304,11 @@ class PostgresCheckpointer:
         transaction is then run again, and appends afresh to the discarded workflow, as an
         append arriving just after that discard would have.
         """
-        steps = [(self._sql.append_once, params), (self._sql.sent, params), *after]
+        steps: list[tuple[bytes, Params]] = [
+            (self._sql.append_once, params),
+            (self._sql.sent, params),
+            *after,
+        ]
         while True:
             rows = await self._db.transaction(
                 f"append to {workflow!r} with message id {params['message_id']!r}",
