@@ -60,11 +60,12 @@ stores share it rather than each choosing a shape of their own.
 SENT_PREFIX = "durable.sent:"
 """The reserved key prefix under which a store remembers the message ids it has appended.
 
-``append(workflow, value, message_id="m-1")`` leaves, beside its entry and in the same
-commit, a marker under ``SENT_PREFIX + "m-1"`` holding the entry's inbox key. The marker
-is the store's own bookkeeping, not a record: ``load`` and ``history`` leave it out, and
-no caller may write a key with this prefix. See :meth:`Checkpointer.append` for why it
-lives among the records rather than in a structure of its own.
+``append(workflow, value, message_id="m-1")`` on the SQLite, Postgres and Redis stores
+leaves, beside its entry and in the same commit, a marker under ``SENT_PREFIX + "m-1"``
+holding the entry's inbox key. The marker is the store's own bookkeeping, not a record:
+``load`` and ``history`` leave it out, and no caller may write a key with this prefix
+(``record``, ``supply`` and ``arrive`` refuse one). See :meth:`Checkpointer.append` for why
+it lives among the records rather than in a structure of its own.
 """
 
 _INBOX_DIGITS = 20  # enough for any non-negative 64-bit counter
@@ -284,16 +285,20 @@ class Checkpointer(Protocol[Effect]):
         * ``discard`` forgets the ids with the records, so after it the same id appends
           again.
 
-        The store remembers an id as a marker under ``SENT_PREFIX + message_id`` holding
-        the entry's key, written in the same commit (script, transaction) as the entry, and
-        the marker's first-writer-wins decides the race: the append that lands the marker
-        is the one whose entry exists. It lives among the workflow's records, rather than
-        in a table or key of its own, so that it is forgotten exactly when they are
-        (``discard``, a TTL) and no schema changes for it; it is not a record, so ``load``
+        How a store remembers ids is its own affair; the stores here keep a marker under
+        ``SENT_PREFIX + message_id`` holding the entry's key, written in the same commit
+        (script, transaction) as the entry, and let the marker's first-writer-wins decide
+        the race: the append that lands the marker is the one whose entry exists. Looking
+        the id up and then appending, in two steps, is the mistake to avoid: two repeats
+        both find it absent. The marker lives among the workflow's records, rather than in
+        a table or key of its own, so that it is forgotten exactly when they are
+        (``discard``, a TTL) and no schema changes for it. It is not a record, so ``load``
         and ``history`` leave it out, and nothing reading them (``Run.receive``,
-        ``run_durably``, ``durable show``) ever sees one. Its value is the inbox key as
-        text, not a codec encoding: the key is only known inside the store's one step,
-        where no codec runs (a Lua script cannot call a Python codec).
+        ``run_durably``, ``durable show``, an application) ever sees one. That is also why
+        its value is the inbox key as plain text rather than a codec encoding: the key is
+        only known inside the store's one step, where no codec runs (a Lua script cannot
+        call a Python codec), and a record's value would have to be one. (The in-memory
+        reference keeps the same mapping in a dict beside the records.)
 
         ``message_id`` must be a non-empty ``str``; anything else is refused before
         anything is written, with an error naming the workflow and the id.
