@@ -300,8 +300,9 @@ class Checkpointer(Protocol[Effect]):
         call a Python codec), and a record's value would have to be one. (The in-memory
         reference keeps the same mapping in a dict beside the records.)
 
-        ``message_id`` must be a non-empty ``str``; anything else is refused before
-        anything is written, with an error naming the workflow and the id.
+        ``message_id`` must be a non-empty ``str`` without control characters; anything
+        else is refused before anything is written, with an error naming the workflow and
+        the id (``durable.boundary.check_message_id``).
         """
         ...
 
