@@ -10,6 +10,7 @@ from durable.clock import Clock, ManualClock, SystemClock
 from durable.codec import CheckpointCodec, JsonCodec, UnencodableValue
 from durable.interfaces import (
     INBOX_PREFIX,
+    SENT_PREFIX,
     Checkpointer,
     Contended,
     Delivery,
@@ -28,6 +29,7 @@ from durable.plugins import StorePlugin, open, stores
 
 __all__ = [
     "INBOX_PREFIX",
+    "SENT_PREFIX",
     "CheckpointCodec",
     "Checkpointer",
     "Clock",

@@ -173,7 +173,7 @@ async def _arrive(args: argparse.Namespace, out: TextIO) -> int:
 async def _send(args: argparse.Namespace, out: TextIO) -> int:
     value = _json_argument(args.value, "VALUE")
     async with durable.open(args.url) as store:
-        key = await store.send(args.workflow, value)
+        key = await store.send(args.workflow, value, message_id=args.message_id)
     out.write(key + "\n")
     return OK
 
@@ -314,6 +314,13 @@ def _parser() -> argparse.ArgumentParser:
     send = commands.add_parser("send", help="append an inbox message and make it ready")
     for name in ("url", "workflow", "value"):
         send.add_argument(name, metavar=name.upper())
+    send.add_argument(
+        "--id",
+        dest="message_id",
+        metavar="MESSAGE_ID",
+        help="send at most once: a send whose id the workflow already holds appends nothing "
+        "and prints the first one's key (without it, repeating a send appends a second copy)",
+    )
     send.set_defaults(run=_send)
 
     show = commands.add_parser("show", help="a workflow's timeline, claim and schedule")

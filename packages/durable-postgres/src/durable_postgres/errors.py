@@ -38,8 +38,8 @@ class ConnectionLost(StoreError):
     Postgres commits a transaction whole or not at all, so the write either landed or did
     not, never half. The pool has been checked by the time this is raised, so the next call
     gets a working connection once the server answers again. Operations that are safe to
-    repeat (every one but ``append``, ``send`` and ``transact``) have already been retried
-    once before this is raised.
+    repeat (every one but ``transact``, and ``append`` and ``send`` without a message id)
+    have already been retried once before this is raised.
     """
 
 

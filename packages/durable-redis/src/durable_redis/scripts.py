@@ -166,7 +166,8 @@ def translate(
     if isinstance(error, RedisConnectionError | RedisTimeoutError | OSError):
         return RedisUnavailable(
             f"could not reach {where} for {doing}: {error}. Every write here is one "
-            "script, so it either landed whole or not at all; retrying is safe"
+            "script, so it either landed whole or not at all; retrying is safe, except "
+            "for an append (send) without a message id, which appends again"
         )
     if isinstance(error, RedisClusterException) and "cannot be connected" in str(error):
         return RedisUnavailable(f"could not reach {where} for {doing}: {error}")
