@@ -21,6 +21,7 @@ from durable.interfaces import (
     Recorded,
     Scheduler,
     StoreError,
+    StoreUnavailable,
     Suspended,
     Swallowed,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "Scheduler",
     "StoreError",
     "StorePlugin",
+    "StoreUnavailable",
     "Suspended",
     "Swallowed",
     "SystemClock",
