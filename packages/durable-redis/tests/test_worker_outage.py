@@ -21,9 +21,22 @@ from durable.run import Run
 from durable.worker import work
 from durable_redis import RedisDurable, RedisUnavailable
 from durable_redis.plugin import open_redis
+from durable_redis.scripts import translate
 from durable_redis.servers import LocalServer, binaries_available, start_server
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterCrossSlotError,
+    ClusterDownError,
+    MasterDownError,
+    ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-pytestmark = pytest.mark.skipif(
+needs_binaries = pytest.mark.skipif(
     not binaries_available(), reason="needs redis-server and redis-cli on PATH"
 )
 
@@ -60,6 +73,7 @@ def kill(server: LocalServer) -> None:
     server.process = None  # so that start() starts a new one on the same port
 
 
+@needs_binaries
 async def test_a_worker_waits_out_a_killed_server_in_a_few_lines_and_every_workflow_finishes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -110,3 +124,35 @@ async def test_a_worker_waits_out_a_killed_server_in_a_few_lines_and_every_workf
     assert all("\n" not in r.getMessage() for r in outage)
     again = [r for r in during if "reachable again" in r.getMessage()]
     assert len(again) == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+        RedisTimeoutError("Timeout reading from socket"),
+        BusyLoadingError("Redis is loading the dataset in memory"),
+        ClusterDownError("The cluster is down"),
+        MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
+        TryAgainError("Multiple keys request during rehashing of slot"),
+        SlotNotCoveredError("Slot 1234 is not covered by the cluster."),
+        ReadOnlyError("You can't write against a read only replica."),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_every_way_redis_py_says_the_server_is_away_is_an_outage(error: Exception) -> None:
+    translated = translate(error, where="Redis at 127.0.0.1:6379/0", doing="record of 'k'")
+    assert isinstance(translated, RedisUnavailable)
+    assert isinstance(translated, StoreUnavailable)
+    assert "record of 'k'" in str(translated)
+    assert ".." not in str(translated)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ResponseError("WRONGTYPE Operation against a key"), ClusterCrossSlotError("CROSSSLOT")],
+    ids=lambda error: type(error).__name__,
+)
+def test_a_refusal_is_not_an_outage(error: Exception) -> None:
+    translated = translate(error, where="Redis at 127.0.0.1:6379/0", doing="record of 'k'")
+    assert not isinstance(translated, StoreUnavailable)
