@@ -164,6 +164,7 @@ def test_ctrl_c_stops_the_demo_and_its_workers_without_a_traceback(tmp_path: Pat
     assert demo_run.returncode == 130, f"exit {demo_run.returncode}\n{out}\n{stderr}"
     assert "Traceback" not in stderr, stderr
     assert "demo: interrupted; the workers were stopped" in stderr
+    assert "interrupted: stopping the workers" in out
     workers = [int(pid) for pid in re.findall(r"worker \d \(pid (\d+)\)", out)]
     assert len(workers) == 2, out
     for pid in workers:

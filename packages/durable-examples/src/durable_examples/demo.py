@@ -367,6 +367,9 @@ async def run_demo(
                 ended = False
                 waited = patience.total_seconds()
                 report.event(f"gave up after {waited:g}s waiting for {', '.join(pending)}")
+            except asyncio.CancelledError:
+                report.event("interrupted: stopping the workers (a pass in flight may finish)")
+                raise
             finally:
                 await _stop(workers, report)
             report.check(ended, "every order reached its outcome")
