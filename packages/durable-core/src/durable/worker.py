@@ -281,8 +281,9 @@ async def work(
     ends the worker: it is logged as an outage, once in full and then a line per retry,
     and retried with capped exponential backoff starting at ``poll`` (see
     :class:`_Outage`). A pass the outage cut short leaves its delivery outstanding, like a
-    cancelled one. Any other exception keeps its usual meaning: from a pass, the body
-    failed.
+    cancelled one. (A ``StoreUnavailable`` that a pass raises is taken for this outage
+    whoever raised it; a body that wraps its own unreachable service should raise its own
+    error.) Any other exception keeps its usual meaning: from a pass, the body failed.
     """
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive number of passes, got {limit!r}")
