@@ -450,6 +450,37 @@ async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_deliv
     assert not [r for r in caplog.records if r.name == "durable.run" and r.levelno > logging.DEBUG]
 
 
+async def test_an_answer_lost_to_an_outage_leaves_the_delivery_out_and_the_next_pass_finishes(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable, spy, switch = cuttable(clock)
+    passes = 0
+
+    async def body(run: Run[Any]) -> str:
+        nonlocal passes
+        passes += 1
+        payout = await run.step("payout", lambda: f"po_{passes}", as_str)
+        if passes == 1:
+            switch.down = True  # the store goes away between the pass and its answer
+        return payout
+
+    await durable.scheduler.make_ready(WORKFLOW)
+    with caplog.at_level(logging.INFO, logger="durable.worker"):
+        async with working(durable, body, clock=clock):
+            await eventually(lambda: "done" in switch.refused)
+            assert spy.answers == []
+            switch.down = False
+            clock.advance(max(spy.lease, DEFAULT_LIVENESS))
+            assert (await spy.answer())[0] == "done"
+
+    assert passes == 2
+    assert await durable.checkpointer.load(WORKFLOW) == {"payout": "po_1"}  # replayed
+    records = worker_records(caplog)
+    assert not [r for r in records if "body failed" in r.getMessage()]
+    [first] = [r for r in records if r.exc_info]
+    assert f"answering for workflow {WORKFLOW!r} (done)" in first.getMessage()
+
+
 async def test_an_outage_is_retried_with_backoff_and_logged_once_in_full(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
