@@ -22,6 +22,7 @@ from durable.interfaces import (
     Recorded,
     Scheduler,
     StoreError,
+    StoreUnavailable,
     Suspended,
     Swallowed,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Scheduler",
     "StoreError",
     "StorePlugin",
+    "StoreUnavailable",
     "Suspended",
     "Swallowed",
     "SystemClock",

@@ -37,6 +37,7 @@ __all__ = [
     "Recorded",
     "Scheduler",
     "StoreError",
+    "StoreUnavailable",
     "Suspended",
     "Swallowed",
     "inbox_key",
@@ -144,6 +145,33 @@ class Delivery:
 
 class StoreError(Exception):
     """A store could not do what was asked, for a reason a person must act on."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached, or the connection dropped during an operation.
+
+    Whether a write that was in flight landed is unknown, unless the message says otherwise
+    (a store whose writes are one commit each can say "whole or not at all"; none can say
+    which). Nothing about the workflow is wrong: the same call may succeed once the server
+    answers again, so this is an outage to wait out, never a failure of the work.
+
+    What a store owes here is what every requirement in this module already implies: an
+    operation that could not reach the store raises, and is never answered with a value.
+    ``load`` returning ``{}``, ``claim`` returning ``None`` or ``next_ready`` returning
+    ``None`` because the connection was gone would each be taken for the truth (a pass
+    would repeat every step; a held workflow would look free of work).
+
+    Raising *this* type (or a subclass: ``PostgresUnavailable``, ``ConnectionLost``,
+    ``RedisUnavailable``) for an outage is a recommendation rather than a requirement, and
+    the conformance suite does not test it, because it cannot cut a store's connection
+    portably (SQLite and the in-memory store have none to cut). What it buys is how the
+    worker reports and waits: ``durable.worker.work`` logs an outage as one line per retry
+    with capped exponential backoff, with a single traceback for the first failure of a
+    series and a line when the store answers again, and leaves the deliveries it could not
+    answer for outstanding. A store that raises something else still works: the worker
+    treats the error as it treats any other, a failed pass, a failed take or a failed tick,
+    with a traceback each time.
+    """
 
 
 class Interruption(BaseException):
