@@ -241,6 +241,7 @@ class Broken:
         probe: bool = True,
         testing: bool = True,
         cannot_start: BaseException | None = None,
+        hangs: bool = False,
         breaks: str = "",
     ) -> None:
         self.name = name
@@ -250,6 +251,7 @@ class Broken:
         self.probe = probe
         self.has_testing = testing
         self.cannot_start = cannot_start
+        self.hangs = hangs
         self.breaks = breaks
 
     def build(self, **options: Any) -> MemoryDurable:
@@ -266,6 +268,8 @@ class Broken:
     async def testing(self, url: str | None, **options: Any) -> AsyncIterator[Testbed[Any]]:
         if self.cannot_start is not None:
             raise self.cannot_start
+        if self.hangs:
+            await asyncio.Event().wait()
         durable = self.build(**options)
 
         @asynccontextmanager
@@ -342,6 +346,12 @@ NO_SERVER = Broken(
     cannot_start=ConnectionRefusedError(111, "Connection refused (127.0.0.1:1)"),
     breaks="its server is not running",
 )
+HOOK_FAILS = Broken(
+    "hook-fails",
+    cannot_start=TypeError("testing() got a value it cannot use"),
+    breaks="its testing hook raises (a bug, not a missing server)",
+)
+HANGS = Broken("hangs", hangs=True, breaks="its testing hook never answers (a black-holed server)")
 NO_TESTING = Broken("no-testing", testing=False, breaks="has no testing hook")
 NOTHING_MORE = Broken("nothing-more", breaks="nothing: the memory store under another name")
 SAME_NAME = Broken("nothing-more", breaks="a second plugin calling itself nothing-more")

@@ -47,6 +47,8 @@ BROKEN = {
     "unimplemented-transact": "UNIMPLEMENTED",
     "no-server": "NO_SERVER",
     "no-testing": "NO_TESTING",
+    "hook-fails": "HOOK_FAILS",
+    "hangs": "HANGS",
     "nothing-more": "NOTHING_MORE",
 }
 """Entry point name -> object in durable_broken_stores."""
