@@ -22,7 +22,7 @@ from typing import Any
 from durable.boundary import check_duration, check_key, check_workflow
 from durable.clock import SystemClock
 from durable.codec import encode_value
-from durable.interfaces import Delivery, Fenced, Pass, Recorded, inbox_key
+from durable.interfaces import INBOX_PREFIX, Delivery, Fenced, Pass, Recorded, inbox_key
 from durable.memory import (
     MemoryCheckpointer,
     MemoryDurable,
@@ -199,6 +199,18 @@ class TransactUnimplemented(MemoryCheckpointer):
         raise NotImplementedError("transact is coming in a later release")
 
 
+class AcceptsControlCharacters(MemoryCheckpointer):
+    """supply checks ids and keys by the older rule, non-empty strings only, so an id or a
+    key holding a newline is stored and later forges a line of ``show``."""
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        if not workflow or not key or key.startswith(INBOX_PREFIX):
+            raise ValueError(f"workflow {workflow!r}: empty id or key, or an inbox key")
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        await asyncio.sleep(0)
+        return self._supply_now(workflow, key, encoded)
+
+
 # -- schedulers that break one rule each ---------------------------------------------------
 
 
@@ -326,6 +338,11 @@ STALE_RELEASE = Broken(
 )
 HALF_COMMITS = Broken(
     "half-commits", checkpointer=HalfCommits, breaks="a failing transact keeps its effect"
+)
+ACCEPTS_CONTROL = Broken(
+    "accepts-control",
+    checkpointer=AcceptsControlCharacters,
+    breaks="supply accepts ids and keys holding control characters",
 )
 TWO_WINNERS = Broken("two-winners", checkpointer=TwoWinners, breaks="claim checks, then takes")
 

@@ -42,6 +42,7 @@ BROKEN = {
     "stale-release": "STALE_RELEASE",
     "half-commits": "HALF_COMMITS",
     "two-winners": "TWO_WINNERS",
+    "accepts-control": "ACCEPTS_CONTROL",
     "undeclared-transact": "UNDECLARED_TRANSACT",
     "no-probe": "NO_PROBE",
     "unimplemented-transact": "UNIMPLEMENTED",

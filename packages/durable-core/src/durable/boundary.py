@@ -7,6 +7,7 @@ round trip so that nothing is written.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from durable.interfaces import INBOX_PREFIX
@@ -15,18 +16,44 @@ __all__ = ["check_duration", "check_key", "check_workflow", "shown"]
 
 
 def check_workflow(workflow: object) -> str:
-    """A workflow id is a non-empty string."""
+    """A workflow id is a non-empty string with no control character in it.
+
+    Control characters (Unicode category Cc: ``\\n``, ``\\r``, ``\\t``, NUL, DEL, ...)
+    are refused because an id is read by people as much as by stores: ``show``, ``list``
+    and every log line print it, and an id holding a newline forges a line of that output
+    or splits a log record in two, while a NUL is cut short or refused by some backends
+    (C strings, Postgres ``text``). Refusing them in one place keeps every store alike,
+    rather than each failing in its own way deep in a driver.
+    """
     if not isinstance(workflow, str) or not workflow:
         raise ValueError(f"a workflow id must be a non-empty string, got {workflow!r}")
+    where = _control_character(workflow)
+    if where is not None:
+        raise ValueError(
+            f"workflow id {shown(workflow)} has a control character ({where}); ids are "
+            "printed by show, list and every log line, so they may not contain one"
+        )
     return workflow
 
 
 def check_key(workflow: str, key: object, *, inbox: bool = False) -> str:
-    """A record key is a non-empty string; the inbox prefix belongs to ``append`` alone
-    unless ``inbox`` says the caller is the store naming an inbox entry."""
+    """A record key is a non-empty string with no control character in it; the inbox prefix
+    belongs to ``append`` alone unless ``inbox`` says the caller is the store naming an
+    inbox entry.
+
+    Keys get the workflow id's rule about control characters for the same reason: ``show``
+    prints every key of a workflow one to a line, and a key holding a newline would forge
+    a record in that listing.
+    """
     if not isinstance(key, str) or not key:
         raise ValueError(
             f"workflow {workflow!r}: a record key must be a non-empty string, got {key!r}"
+        )
+    where = _control_character(key)
+    if where is not None:
+        raise ValueError(
+            f"workflow {workflow!r}: record key {shown(key)} has a control character "
+            f"({where}); keys are printed by show, one to a line, so they may not contain one"
         )
     if not inbox and key.startswith(INBOX_PREFIX):
         raise ValueError(
@@ -44,6 +71,18 @@ def check_duration(name: str, value: object, *, workflow: str | None = None) -> 
     if value <= timedelta(0):
         raise ValueError(f"{where}{name} must be positive, got {value!r}")
     return value
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Unicode category Cc, which is exactly C0, DEL and C1; a class rather than a call to
+``unicodedata.category`` per character, since every store operation checks its id."""
+
+
+def _control_character(text: str) -> str | None:
+    """Where the first control character of ``text`` is, as ``'\\n' at position 3``, or
+    ``None`` when there is none."""
+    found = _CONTROL.search(text)
+    return None if found is None else f"{found.group()!r} at position {found.start()}"
 
 
 def shown(value: object, limit: int = 200) -> str:
