@@ -12,7 +12,9 @@ script checks the artefacts a user would get, the way a user would get them:
    admits the core being built, and the two helpers of the monorepo stay unpublishable;
 2. workflows: ``.github/workflows/*.yml`` validate against the GitHub workflow schema;
 3. build: ``hatch build`` inside each distribution's folder (each builds alone), then a
-   look inside every wheel and sdist, and ``twine check --strict`` on all of them;
+   look inside every wheel and sdist, and ``twine check --strict`` on all of them; and
+   ``hatch build --all -t wheel`` at the root, which must build every workspace member and
+   nothing else (the root is not a distribution);
 4. per store, in a fresh virtualenv: install that store's wheel and the core's wheel from the
    local build (third-party dependencies come from the index, ours never do, and the script
    checks where each ``durable-*`` distribution came from), then show that the store is found
@@ -557,7 +559,7 @@ def build(dist: Dist, out: Path, report: Report) -> bool:
     command = hatch()
     if command is None:
         return report.add(
-            f"build {dist.name}", FAILED, "hatch is not on PATH (pip install 'hatch>=1.16')"
+            f"build {dist.name}", FAILED, "hatch is not on PATH (pip install 'hatch>=1.18')"
         )
     for stale in artefacts(dist, out):
         stale.unlink(missing_ok=True)
@@ -644,6 +646,29 @@ def build_all(dists: Sequence[Dist], out: Path, report: Report) -> list[Dist]:
         )
     report.flush()
     return built
+
+
+def check_workspace_build(out: Path, report: Report) -> bool:
+    """``hatch build --all`` at the root, as README.md tells a reader to build everything:
+    one wheel per workspace member, published or private, and none for the root."""
+    command = hatch()
+    if command is None:
+        return report.add("hatch build --all", FAILED, "hatch is not on PATH")
+    out.mkdir(parents=True, exist_ok=True)
+    ran = run(
+        [*command, "build", "--all", "-t", "wheel", out], cwd=ROOT, env=clean_env(), timeout=600
+    )
+    if not ran.ok:
+        return report.add("hatch build --all at the root", FAILED, tail(ran.output))
+    members = [d.path for d in PUBLISHED] + [ROOT / folder for folder in PRIVATE]
+    names = [pyproject(folder)["project"]["name"] for folder in members]  # type: ignore[index]
+    expected = {str(name).replace("-", "_") for name in names}
+    built = {p.name.split("-", 1)[0] for p in out.glob("*.whl")}
+    problems = [f"no wheel for {name}" for name in sorted(expected - built)]
+    problems += [f"a wheel that is no member's: {name}" for name in sorted(built - expected)]
+    report.check(f"hatch build --all at the root builds the {len(expected)} members", problems)
+    report.flush()
+    return not problems
 
 
 # ---------------------------------------------------------------------------------------
@@ -1020,6 +1045,7 @@ def check(args: argparse.Namespace) -> int:
         out = Path(args.dist).resolve() if args.dist else scratch / "dist"
         out.mkdir(parents=True, exist_ok=True)
         built = build_all(PUBLISHED, out, report)
+        check_workspace_build(scratch / "workspace-dist", report)
         heading("install and use each store from its wheel, then run the conformance suite")
         conformance = not args.no_conformance
         if conformance and CONFORMANCE not in built:

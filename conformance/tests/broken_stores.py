@@ -22,7 +22,15 @@ from typing import Any
 from durable.boundary import check_duration, check_key, check_workflow
 from durable.clock import SystemClock
 from durable.codec import encode_value
-from durable.interfaces import Delivery, Fenced, Pass, Recorded, inbox_key
+from durable.interfaces import (
+    INBOX_PREFIX,
+    SENT_PREFIX,
+    Delivery,
+    Fenced,
+    Pass,
+    Recorded,
+    inbox_key,
+)
 from durable.memory import (
     MemoryCheckpointer,
     MemoryDurable,
@@ -224,6 +232,18 @@ class TransactUnimplemented(MemoryCheckpointer):
         raise NotImplementedError("transact is coming in a later release")
 
 
+class AcceptsControlCharacters(MemoryCheckpointer):
+    """supply checks ids and keys by the older rule, non-empty strings only, so an id or a
+    key holding a newline is stored and later forges a line of ``show``."""
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        if not workflow or not key or key.startswith((INBOX_PREFIX, SENT_PREFIX)):
+            raise ValueError(f"workflow {workflow!r}: empty id or key, or a reserved key")
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        await asyncio.sleep(0)
+        return self._supply_now(workflow, key, encoded)
+
+
 # -- schedulers that break one rule each ---------------------------------------------------
 
 
@@ -266,6 +286,7 @@ class Broken:
         probe: bool = True,
         testing: bool = True,
         cannot_start: BaseException | None = None,
+        hangs: bool = False,
         breaks: str = "",
     ) -> None:
         self.name = name
@@ -275,6 +296,7 @@ class Broken:
         self.probe = probe
         self.has_testing = testing
         self.cannot_start = cannot_start
+        self.hangs = hangs
         self.breaks = breaks
 
     def build(self, **options: Any) -> MemoryDurable:
@@ -291,6 +313,8 @@ class Broken:
     async def testing(self, url: str | None, **options: Any) -> AsyncIterator[Testbed[Any]]:
         if self.cannot_start is not None:
             raise self.cannot_start
+        if self.hangs:
+            await asyncio.Event().wait()
         durable = self.build(**options)
 
         @asynccontextmanager
@@ -356,6 +380,11 @@ STALE_RELEASE = Broken(
 HALF_COMMITS = Broken(
     "half-commits", checkpointer=HalfCommits, breaks="a failing transact keeps its effect"
 )
+ACCEPTS_CONTROL = Broken(
+    "accepts-control",
+    checkpointer=AcceptsControlCharacters,
+    breaks="supply accepts ids and keys holding control characters",
+)
 TWO_WINNERS = Broken("two-winners", checkpointer=TwoWinners, breaks="claim checks, then takes")
 
 # Not broken in a guarantee, but in what they say about themselves.
@@ -375,6 +404,12 @@ NO_SERVER = Broken(
     cannot_start=ConnectionRefusedError(111, "Connection refused (127.0.0.1:1)"),
     breaks="its server is not running",
 )
+HOOK_FAILS = Broken(
+    "hook-fails",
+    cannot_start=TypeError("testing() got a value it cannot use"),
+    breaks="its testing hook raises (a bug, not a missing server)",
+)
+HANGS = Broken("hangs", hangs=True, breaks="its testing hook never answers (a black-holed server)")
 NO_TESTING = Broken("no-testing", testing=False, breaks="has no testing hook")
 NOTHING_MORE = Broken("nothing-more", breaks="nothing: the memory store under another name")
 SAME_NAME = Broken("nothing-more", breaks="a second plugin calling itself nothing-more")

@@ -44,11 +44,14 @@ BROKEN = {
     "two-winners": "TWO_WINNERS",
     "checks-then-appends": "CHECKS_THEN_APPENDS",
     "ignores-message-id": "IGNORES_MESSAGE_ID",
+    "accepts-control": "ACCEPTS_CONTROL",
     "undeclared-transact": "UNDECLARED_TRANSACT",
     "no-probe": "NO_PROBE",
     "unimplemented-transact": "UNIMPLEMENTED",
     "no-server": "NO_SERVER",
     "no-testing": "NO_TESTING",
+    "hook-fails": "HOOK_FAILS",
+    "hangs": "HANGS",
     "nothing-more": "NOTHING_MORE",
 }
 """Entry point name -> object in durable_broken_stores."""

@@ -140,6 +140,11 @@ CASES = [
     ),
     Case("half-commits", "transact.failing-effect-leaves-neither", "test_transact"),
     Case("two-winners", "claim.one-winner", "test_claim"),
+    Case(
+        "accepts-control",
+        "boundary.control-characters-refused",
+        "test_boundary or test_supply or test_isolation",
+    ),
 ]
 
 

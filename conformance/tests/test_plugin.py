@@ -152,14 +152,109 @@ def test_a_store_that_could_not_run_is_not_certified_and_fails_the_run(project: 
         ran = {o for o in found.values() if o is not None}
         assert ran == {"could not run"}, (store, ran)
         assert report["stores"][store]["could_not_run"]
+        assert report["stores"][store]["not_run"]
     result.stdout.fnmatch_lines(
         [
-            "durable store no-server: *server: could not start (the testing hook could not "
-            "start a testbed: ConnectionRefusedError: *",
-            "claim.one-winner * could not run * could not run",
-            "no-server 0.0.1: NOT CERTIFIED, 0 of *; could not run: claim.one-winner, *",
+            "durable store no-server: *server: could not run (the reason ends the run)",
+            "no-server 0.0.1: NOT CERTIFIED, could not run, no test ran: the testing hook could "
+            "not start a testbed: ConnectionRefusedError: *Connection refused (127.0.0.1:1)",
+            "no-testing 0.0.1: NOT CERTIFIED, could not run, no test ran: store 'no-testing' "
+            "has no testing hook*",
         ]
     )
+
+
+UNREACHABLE = [
+    pytest.param(
+        "redis",
+        "redis://:hunter2@127.0.0.1:1/0",
+        "RedisUnavailable: could not reach Redis at 127.0.0.1:1/0",
+        id="redis",
+    ),
+    pytest.param(
+        "postgres",
+        "postgresql://probe:hunter2@127.0.0.1:1/x",
+        "PostgresUnavailable: could not connect to Postgres at postgresql://probe:***@127.0.0.1:1/x",
+        id="postgres",
+    ),
+]
+
+
+@pytest.mark.parametrize(("store", "url", "error"), UNREACHABLE)
+def test_an_unreachable_server_is_one_could_not_run_line_not_a_traceback_per_test(
+    project: Any, store: str, url: str, error: str
+) -> None:
+    """A real store pointed at a port nobody listens on: the probe before the suite says so
+    once, no test runs, and the run fails in a screenful rather than one traceback per test."""
+    result, report = project.certify(f"--durable-store={store}", f"--durable-url={url}")
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output[-3000:]
+    assert len(output.splitlines()) < 40, output[-3000:]
+    assert output.count(error) == 1, output
+    assert "hunter2" not in output
+    assert "Traceback" not in output
+    assert "could not run" in output
+    assert set(result.parseoutcomes()) == {"deselected"}
+    entry = report["stores"][store]
+    assert entry["certified"] is False
+    assert error in entry["not_run"]
+    assert set(project.outcomes(report, store).values()) == {"could not run"}
+    result.stdout.fnmatch_lines(
+        [f"{store} *: NOT CERTIFIED, could not run, no test ran: *{error}*"]
+    )
+
+
+def test_a_reachable_store_in_the_same_run_is_still_certified(project: Any) -> None:
+    """One store's server being down costs that store its certificate, not the others."""
+    result, report = project.certify(
+        "--durable-store=memory,redis", "--durable-url=redis://127.0.0.1:1/0", "-q"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-3000:]
+    assert report["stores"]["memory"]["certified"] is True
+    assert report["stores"]["redis"]["certified"] is False
+    assert "could not reach Redis at 127.0.0.1:1/0" in report["stores"]["redis"]["not_run"]
+    assert result.stdout.str().count("could not reach Redis") == 1
+    header = next(line for line in result.outlines if line.startswith("requirement "))
+    assert header.split() == ["requirement", "capability", "memory"]
+    result.stdout.fnmatch_lines(
+        ["memory *: CERTIFIED, *", "redis *: NOT CERTIFIED, could not run, no test ran: *"]
+    )
+
+
+def test_a_testing_hook_that_fails_for_its_own_reason_fails_the_store_once(
+    project: Any,
+) -> None:
+    """A hook that raises something other than an unreachable server is a bug in the store:
+    the store is failed, not excused, and the traceback is shown once, not per test."""
+    result, report = project.certify("--durable-store=hook-fails,memory", "-k", "test_claim")
+    output = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert output.count("Traceback (most recent call last)") == 1, output
+    assert output.count("TypeError: testing() got a value it cannot use") == 2, output
+    assert set(project.outcomes(report, "hook-fails").values()) - {None} == {"failed"}
+    assert report["stores"]["memory"]["failed"] == []
+    result.stdout.fnmatch_lines(
+        [
+            "the testing hook of store 'hook-fails' failed:",
+            "Traceback (most recent call last):",
+            "*",
+            "TypeError: testing() got a value it cannot use",
+            "*",
+            "hook-fails 0.0.1: NOT CERTIFIED, failed, no test ran: the testing hook failed: "
+            "TypeError: testing() got a value it cannot use",
+        ]
+    )
+
+
+def test_a_probe_that_hangs_is_cut_by_the_probe_timeout(project: Any) -> None:
+    result, report = project.certify(
+        "--durable-store=hangs", "--durable-probe-timeout=0.5", "-k", "test_claim"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert report["stores"]["hangs"]["not_run"].startswith(
+        "no testbed within 0.5 s (--durable-probe-timeout)"
+    )
+    assert result.duration < 30
 
 
 def test_an_unknown_store_fails_at_once_naming_the_installed_ones(project: Any) -> None:

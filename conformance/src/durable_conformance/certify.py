@@ -29,10 +29,13 @@ class Certification:
         selection: Selection,
         *,
         timeout: float,
+        probe_timeout: float,
         report_path: Path | None,
         selectors: list[str],
     ) -> None:
-        self.runs = [StoreRun(p, selection.urls[p.name], timeout) for p in selection.plugins]
+        self.runs = [
+            StoreRun(p, selection.urls[p.name], timeout, probe_timeout) for p in selection.plugins
+        ]
         self.results = Results(
             [
                 StoreFacts(
@@ -48,6 +51,17 @@ class Certification:
         )
         self.report_path = report_path
         self.selectors = selectors
+
+    # -- before anything: can each store be reached? ----------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        for run in self.runs:
+            run.probe()
+            if run.unreachable is not None:
+                self.results.could_not_run(run.name, run.unreachable)
+            elif run.hook_failed is not None:
+                self.results.hook_failed(run.name, run.hook_failed)
 
     # -- collection --------------------------------------------------------------------
 
@@ -75,10 +89,26 @@ class Certification:
                 item.nodeid, item.run.name, found.id, found.capability, found.statement
             )
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(wrapper=True)
     def pytest_collection_modifyitems(
-        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-    ) -> None:
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> Generator[None, None, None]:
+        """Around every other selection (-k, -m): first keep the suite tests the command
+        line named by node id; last set aside the tests of a store the probe could not open,
+        each of which would only repeat the probe's error. Those are answered for in the
+        report (could not run, or failed for a failing hook) but not run."""
+        self._select_node_ids(config, items)
+        yield
+        unrun = [i for i in items if isinstance(i, SuiteItem) and not i.run.runnable]
+        if not unrun:
+            return
+        for item in unrun:
+            assert isinstance(item, SuiteItem)
+            self.results.not_run(item.nodeid)
+        config.hook.pytest_deselected(items=unrun)
+        items[:] = [i for i in items if not (isinstance(i, SuiteItem) and not i.run.runnable)]
+
+    def _select_node_ids(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not self.selectors:
             return
         kept, dropped = [], []
@@ -101,10 +131,15 @@ class Certification:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         lines = [f"durable-conformance {__version__}, durable-core {core_version()}"]
         for run in self.runs:
-            run.start_once()
+            run.probe()
             plugin = run.plugin
             capabilities = ", ".join(sorted(plugin.capabilities)) or "none"
-            server = run.server or f"could not start ({run.cannot_start or run.start_error})"
+            # The reason is said once, with the verdict, where a -q run shows it too.
+            server = run.server or (
+                "could not run (the reason ends the run)"
+                if run.unreachable
+                else "its testing hook failed (the reason ends the run)"
+            )
             lines.append(
                 f"durable store {plugin.name}: {describe(plugin)}; capabilities: {capabilities}; "
                 f"server: {server}"
@@ -127,15 +162,24 @@ class Certification:
             self.results.write_json(
                 self.report_path, conformance_version=__version__, core_version=core_version()
             )
-        if session.exitstatus == pytest.ExitCode.OK and self.results.must_fail():
+        # All of a store's tests set aside leaves pytest with nothing run (exit 5), which is
+        # not the news: the store could not be certified.
+        quiet = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+        if session.exitstatus in quiet and self.results.must_fail():
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         tr = terminalreporter
         tr.section("durable conformance")
-        for line in self.results.table():
+        for run in self.runs:
+            if run.hook_traceback is not None:
+                tr.write_line(f"the testing hook of store {run.name!r} failed:")
+                tr.write_line(run.hook_traceback.rstrip())
+                tr.write_line("")
+        table = self.results.table()
+        for line in table:
             tr.write_line(line)
-        if self.results.collected:
+        if table:
             tr.write_line("")
         for line in self.results.verdict_lines():
             good = ": CERTIFIED" in line

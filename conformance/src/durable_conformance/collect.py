@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import pkgutil
+import traceback
+import unittest
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 from _pytest._code import Code, ExceptionInfo
 from _pytest._code.code import Traceback
+from durable.interfaces import StoreError
 from durable.plugins import StorePlugin
 
 from durable_conformance import suite
@@ -34,7 +37,7 @@ from durable_conformance.requirements import (
     suite_problems,
     suite_tests,
 )
-from durable_conformance.stores import redact
+from durable_conformance.stores import redact, scrub
 from durable_conformance.subject import (
     CouldNotRun,
     DeclaredButUnimplemented,
@@ -50,7 +53,24 @@ failed test's id can be pasted back onto the command line to run it again."""
 
 SuiteTest = Callable[[StoreUnderTest], Coroutine[Any, Any, None]]
 
-_STARTUP_FAILURES = (OSError, ImportError, TimeoutError, ConnectionError)
+_STARTUP_FAILURES = (OSError, ImportError, TimeoutError, StoreError)
+"""What a testing hook raises when the store cannot be reached or cannot be loaded, as
+opposed to failing for a reason of its own: ``OSError`` covers refused connections and
+timeouts, ``StoreError`` a store's own word for an unreachable server (``RedisUnavailable``,
+``PostgresUnavailable``)."""
+
+
+def _unreachable(error: BaseException) -> bool:
+    """Whether ``error``, or any error it was raised from, says the store could not be
+    reached: a driver's own connection error usually carries the ``OSError`` beneath it."""
+    seen: set[int] = set()
+    found: BaseException | None = error
+    while found is not None and id(found) not in seen:
+        if isinstance(found, _STARTUP_FAILURES):
+            return True
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return False
 
 
 def suite_modules() -> list[ModuleType]:
@@ -64,25 +84,49 @@ def suite_modules() -> list[ModuleType]:
 class StoreRun:
     """One store in this run: its plugin, where it points, and what it told us so far."""
 
-    def __init__(self, plugin: StorePlugin, url: str | None, timeout: float) -> None:
+    def __init__(
+        self, plugin: StorePlugin, url: str | None, timeout: float, probe_timeout: float
+    ) -> None:
         self.plugin = plugin
         self.url = url
         self.timeout = timeout
+        self.probe_timeout = probe_timeout
         self.server: str | None = None
-        self.start_error: str | None = None
+        self.probed = False
+        self.unreachable: str | None = None
+        """Why the probe before the suite could not open a testbed, in one line with the
+        URL's secrets hidden: a server that does not answer, a missing driver, no testing
+        hook. The store's tests are then not run at all, and the store could not run."""
+        self.hook_failed: str | None = None
+        """The same, for a testing hook that failed for a reason of its own (a bug, not a
+        missing server): the store is failed, its tests not run."""
+        self.hook_traceback: str | None = None
+        """That failure's traceback, printed once at the end of the run."""
         self.cannot_start: str | None = None
-        """Why the testing hook could not give a testbed, once it has failed to: every
-        later test of the store could not run for the same reason, and says so at once."""
+        """Why the testing hook could not give a testbed, once it has failed to during the
+        run (a server that went away after the probe): every later test of the store could
+        not run for the same reason, and says so at once."""
 
     @property
     def name(self) -> str:
         return self.plugin.name
 
-    def start_once(self) -> None:
-        """Open and close one testbed, for the header's server line and to learn early
-        that the store cannot start at all."""
-        if self.server or self.cannot_start or self.start_error:
+    @property
+    def runnable(self) -> bool:
+        """Whether the probe opened a testbed, so that the store's tests are worth running."""
+        return self.unreachable is None and self.hook_failed is None
+
+    def probe(self) -> None:
+        """Open and close one testbed, once, before the suite runs.
+
+        Every test opens a testbed of its own, so a store whose testbed cannot be opened
+        would otherwise fail or skip each of its hundred tests with the same error and a
+        hundred tracebacks; one attempt, bounded by ``probe_timeout``, says it once. The
+        attempt also gives the header its server line.
+        """
+        if self.probed:
             return
+        self.probed = True
 
         async def peek() -> None:
             async with AsyncExitStack() as stack:
@@ -90,13 +134,22 @@ class StoreRun:
 
         try:
             with asyncio.Runner() as runner:
-                runner.run(asyncio.wait_for(peek(), self.timeout))
-        except CouldNotRun:
-            pass  # cannot_start says why, and every test will say so too
+                runner.run(asyncio.wait_for(peek(), self.probe_timeout))
+        except CouldNotRun as why:
+            self.unreachable = self._one_line(str(why))
+        except TimeoutError:
+            self.unreachable = (
+                f"no testbed within {self.probe_timeout:g} s (--durable-probe-timeout): is the "
+                "server there, and does it answer?"
+            )
         except Exception as error:
-            # The header must not crash the run. A hook that fails for another reason is not
-            # a missing server: its tests run and fail with the traceback.
-            self.start_error = f"{type(error).__name__}: {error}"
+            # A hook failing for a reason of its own is a failure, not a missing server; its
+            # traceback is worth showing once, so a store author can find the line.
+            self.hook_failed = self._one_line(f"{type(error).__name__}: {error}")
+            self.hook_traceback = scrub("".join(traceback.format_exception(error)), self.url)
+
+    def _one_line(self, text: str) -> str:
+        return " ".join(scrub(text, self.url).split())
 
     async def _testbed(self, stack: AsyncExitStack) -> Any:
         testing = self.plugin.testing
@@ -113,7 +166,12 @@ class StoreRun:
         except pytest.skip.Exception as skipped:
             self.cannot_start = f"the testing hook skipped: {skipped.msg}"
             raise CouldNotRun(self.cannot_start) from None
-        except _STARTUP_FAILURES as error:
+        except unittest.SkipTest as skipped:
+            self.cannot_start = f"the testing hook skipped: {skipped}"
+            raise CouldNotRun(self.cannot_start) from None
+        except Exception as error:
+            if not _unreachable(error):
+                raise
             self.cannot_start = (
                 f"the testing hook could not start a testbed: {type(error).__name__}: {error}"
             )

@@ -17,6 +17,7 @@ import pytest
 from durable_conformance.requirements import MARK
 
 DEFAULT_TIMEOUT = 120.0
+DEFAULT_PROBE_TIMEOUT = 30.0
 
 pytest.register_assert_rewrite("durable_conformance.suite")
 
@@ -64,6 +65,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=DEFAULT_TIMEOUT,
         help=f"fail a conformance test that runs longer than this (default {DEFAULT_TIMEOUT:.0f})",
     )
+    group.addoption(
+        "--durable-probe-timeout",
+        dest="durable_probe_timeout",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_PROBE_TIMEOUT,
+        help="before the suite, each store's testing hook opens one testbed; a store that "
+        "gives none within this long (its server down, say) could not run, and its tests are "
+        f"not run (default {DEFAULT_PROBE_TIMEOUT:.0f})",
+    )
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
@@ -100,8 +111,10 @@ def pytest_configure(config: pytest.Config) -> None:
             "timing, and spreading them over workers (-n) would make them prove less; drop -n"
         )
     timeout = config.getoption("durable_timeout")
-    if timeout <= 0:
-        raise pytest.UsageError("--durable-timeout must be positive")
+    probe_timeout = config.getoption("durable_probe_timeout")
+    for name, value in (("--durable-timeout", timeout), ("--durable-probe-timeout", probe_timeout)):
+        if value <= 0:
+            raise pytest.UsageError(f"{name} must be positive")
     selection = select(spec, config.getoption("durable_urls"))
     report = config.getoption("durable_report")
     selectors = [a for a in config.args if a.replace("\\", "/").startswith(NODE_PREFIX)]
@@ -114,6 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
         Certification(
             selection,
             timeout=timeout,
+            probe_timeout=probe_timeout,
             report_path=Path(report).resolve() if report else None,
             selectors=selectors,
         ),

@@ -90,6 +90,9 @@ class Results:
         """The node ids chosen to run (after -k, -m and node ids), once collection ends."""
         self.results: dict[str, Result] = {}
         self.warnings: dict[str, list[str]] = {s.name: [] for s in stores}
+        self.unrun: dict[str, tuple[Outcome, str]] = {}
+        """Stores whose tests were not run, because the probe before the suite could not
+        open a testbed: the outcome every test of the store gets, and the one error why."""
 
     # -- gathering ---------------------------------------------------------------------
 
@@ -100,6 +103,21 @@ class Results:
         self.capability_of.setdefault(requirement, capability)
         if statement:
             self.statements.setdefault(requirement, statement)
+
+    def could_not_run(self, store: str, why: str) -> None:
+        """The probe could not reach ``store``: none of its tests will run."""
+        self.unrun[store] = (COULD_NOT_RUN, why)
+
+    def hook_failed(self, store: str, why: str) -> None:
+        """``store``'s testing hook failed on the probe for a reason of its own: none of its
+        tests will run, and each is failed."""
+        self.unrun[store] = (FAILED, f"the testing hook failed: {why}")
+
+    def not_run(self, nodeid: str) -> None:
+        """A test set aside because its store's probe failed, answered for as the store is."""
+        found = self.collected[nodeid]
+        outcome, why = self.unrun[found.store]
+        self.results[nodeid] = Result(nodeid, found.store, found.requirement, outcome, why)
 
     def report(self, report: pytest.TestReport) -> None:
         found = self.collected.get(report.nodeid)
@@ -164,13 +182,19 @@ class Results:
         could_not_run = [r for r, o in outcomes.items() if o == COULD_NOT_RUN]
         passed_required = sum(outcomes[r] == PASSED for r in required)
         passed_offered = sum(outcomes[r] == PASSED for r in offered)
-        certified = complete and not failed and not could_not_run
+        certified = complete and not failed and not could_not_run and store not in self.unrun
         name = f"{store} {facts.version or '(version unknown)'}"
         counts = (
             f"{passed_required} of {len(required)} required, "
             f"{passed_offered} of {len(offered)} offered"
         )
-        if certified:
+        if store in self.unrun:
+            # Every requirement would be listed with the same reason; the reason says it all.
+            outcome, reason = self.unrun[store]
+            state = "could not run" if outcome == COULD_NOT_RUN else "failed"
+            line = f"{name}: NOT CERTIFIED, {state}, no test ran: {reason}"
+            complete = False
+        elif certified:
             line = f"{name}: CERTIFIED, {counts}"
         else:
             why = []
@@ -201,18 +225,30 @@ class Results:
     def must_fail(self) -> bool:
         """Whether the run must end non-zero even if pytest saw no failure: a broken plugin,
         or something owed that could not run."""
-        return bool(self.broken) or any(self.verdict(store).could_not_run for store in self.stores)
+        return (
+            bool(self.broken)
+            or bool(self.unrun)
+            or any(self.verdict(store).could_not_run for store in self.stores)
+        )
 
     # -- rendering ---------------------------------------------------------------------
 
     def table(self) -> list[str]:
-        """One row per requirement with a test chosen to run, one column per store."""
+        """One row per requirement with a test chosen to run, one column per store that ran.
+
+        A store none of whose tests ran (its server could not be reached) has no column: it
+        would be the same word on every row, and its verdict line says why in one line.
+        """
         chosen = self.selected if self.selected is not None else set(self.collected)
-        shown = {self.collected[n].requirement for n in chosen if n in self.collected}
+        shown = {
+            c.requirement
+            for n in chosen
+            if (c := self.collected.get(n)) is not None and c.store not in self.unrun
+        }
         requirements = [r for r in self.requirements() if r in shown]
         if not requirements:
             return []
-        names = list(self.stores)
+        names = [n for n in self.stores if n not in self.unrun]
         first = max(len("requirement"), *(len(r) for r in requirements))
         capability = max(len("capability"), *(len(c or "") for c in self.capability_of.values()))
         widths = [max(len(n), len(COULD_NOT_RUN)) for n in names]
@@ -255,6 +291,7 @@ class Results:
                 "verdict": "CERTIFIED" if verdict.certified else "NOT CERTIFIED",
                 "summary": verdict.line,
                 "complete": verdict.complete,
+                "not_run": self.unrun[name][1] if name in self.unrun else None,
                 "required": {"passed": verdict.required[0], "total": verdict.required[1]},
                 "offered": {"passed": verdict.offered[0], "total": verdict.offered[1]},
                 "failed": verdict.failed,

@@ -12,12 +12,20 @@ import importlib.metadata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import pytest
 from durable.plugins import StorePlugin, broken_stores, stores
 
-__all__ = ["Selection", "core_version", "describe", "list_stores", "redact", "select"]
+__all__ = [
+    "Selection",
+    "core_version",
+    "describe",
+    "list_stores",
+    "redact",
+    "scrub",
+    "select",
+]
 
 _SECRET_PARAMETERS = ("password", "passwd", "pwd", "secret", "token", "key", "auth")
 
@@ -135,6 +143,31 @@ def redact(url: str) -> str:
         if any(v == "***" for _, v in pairs):
             shown = shown.replace("?" + parts.query, "?" + urlencode(pairs, safe="*"), 1)
     return shown
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` (an error a driver raised about ``url``) with the URL's password and secret
+    query values replaced by ***.
+
+    A driver's message is its own: it may quote the URL it was given, or the password alone,
+    and the suite cannot know which, so it hides every secret the URL holds wherever it shows.
+    """
+    if not url:
+        return text
+    try:
+        parts = urlsplit(url)
+        secrets = [parts.password or ""]
+    except ValueError:
+        return text
+    secrets += [
+        v
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if any(s in k.lower() for s in _SECRET_PARAMETERS)
+    ]
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        for form in dict.fromkeys((secret, unquote(secret), quote(secret, safe=""))):
+            text = text.replace(form, "***")
+    return text
 
 
 def list_stores(out: TextIO) -> int:

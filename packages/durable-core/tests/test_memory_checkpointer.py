@@ -662,3 +662,39 @@ async def test_a_workflow_id_must_be_a_non_empty_string() -> None:
     store, _ = memory_store()
     with pytest.raises(ValueError, match="workflow id must be a non-empty string"):
         await store.supply("", "key", 1)
+
+
+@pytest.mark.parametrize(
+    ("workflow", "shown"),
+    [
+        ("order\n42", r"'order\\n42' has a control character \('\\n' at position 5\)"),
+        ("a\rb", r"'a\\rb' has a control character \('\\r' at position 1\)"),
+        ("tab\t", r"'tab\\t' has a control character \('\\t' at position 3\)"),
+        ("\x00nul", r"'\\x00nul' has a control character \('\\x00' at position 0\)"),
+        ("del\x7f", r"'del\\x7f' has a control character \('\\x7f' at position 3\)"),
+        ("c1\x85", r"'c1\\x85' has a control character \('\\x85' at position 2\)"),
+    ],
+    ids=["newline", "carriage-return", "tab", "nul", "del", "c1-next-line"],
+)
+async def test_an_id_with_a_control_character_is_refused_naming_it_and_where(
+    workflow: str, shown: str
+) -> None:
+    """show and logs print an id on a line of its own; a newline in one would forge a line."""
+    store, _ = memory_store()
+    with pytest.raises(ValueError, match=f"workflow id {shown}"):
+        await store.supply(workflow, "key", 1)
+    with pytest.raises(ValueError, match=f"workflow id {shown}"):
+        await store.claim(workflow, liveness=timedelta(seconds=5), budget=timedelta(seconds=5))
+    assert store.data == {}
+    assert await store.workflows() == []
+
+
+async def test_a_key_with_a_control_character_is_refused_and_other_unicode_is_not() -> None:
+    store, _ = memory_store()
+    holder = await claimed(store, "wf")
+    with pytest.raises(ValueError, match=r"'wf': record key 'a\\nb' has a control character"):
+        await store.record(holder, "a\nb", 1)
+    assert await store.load("wf") == {}
+    for fine in ("no-break\u00a0space", "zero\u200bwidth", "line\u2028separator", "é ✓ 🙂"):
+        assert (await store.record(holder, fine, fine)).first
+        assert (await store.supply(f"wf-{fine}", fine, 1)) == 1

@@ -15,7 +15,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from durable.interfaces import INBOX_PREFIX, SENT_PREFIX
+from durable.interfaces import INBOX_PREFIX, SENT_PREFIX, Enumerable
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
@@ -107,3 +107,69 @@ async def test_boundary_a_message_id_that_is_not_a_plain_string_is_refused(
             assert wf in str(refused), f"{name} refused {bad!r} without naming {wf!r}"
     assert await cp.load(wf) == {}
     assert await delivered_during(store.scheduler, 0.3) == []
+
+
+CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\x85"]
+"""Control characters (Unicode category Cc): C0, DEL and C1, as an id or key may carry
+them in from a form field or a log line."""
+
+
+@requirement("boundary.control-characters-refused")
+async def test_boundary_ids_and_keys_with_control_characters_are_refused_and_write_nothing(
+    store: StoreUnderTest,
+) -> None:
+    """A workflow id or a record key holding a control character is refused by every
+    method that takes one, with an error naming it and the character's position; nothing
+    is recorded, appended, claimed or scheduled. ``show`` and logs print ids and keys one
+    to a line, where a newline would forge a line."""
+    cp = store.checkpointer
+    scheduler = store.scheduler
+    durable = store.durable
+    clean = store.workflow("clean")
+    holder = await claimed(cp, clean)
+    for control in CONTROL:
+        wf = f"{store.workflow('ctl')}{control}end"
+        key = f"key{control}end"
+        position = wf.index(control)
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
+            "load": partial(cp.load, wf),
+            "history": partial(cp.history, wf),
+            "claim": partial(cp.claim, wf, liveness=LONG, budget=LONG),
+            "supply": partial(cp.supply, wf, "k", "v"),
+            "append": partial(cp.append, wf, "v"),
+            "discard": partial(cp.discard, wf),
+            "make_ready": partial(scheduler.make_ready, wf),
+            "cancel": partial(scheduler.cancel, wf),
+            "arrive": partial(durable.arrive, wf, "k", "v"),
+            "send": partial(durable.send, wf, "v"),
+            "Durable.discard": partial(durable.discard, wf),
+        }
+        for name, call in calls.items():
+            refused = await raised(call, f"{name} of workflow {wf!r}", ValueError)
+            message = str(refused)
+            assert repr(wf) in message, f"{name} of {wf!r} did not name the id: {message}"
+            assert f"position {position}" in message, (
+                f"{name} of {wf!r} did not say where the character is: {message}"
+            )
+        keyed: dict[str, Callable[[], Awaitable[object]]] = {
+            "record": partial(cp.record, holder, key, "v"),
+            "supply": partial(cp.supply, clean, key, "v"),
+            "arrive": partial(durable.arrive, clean, key, "v"),
+        }
+        for name, call in keyed.items():
+            refused = await raised(call, f"{name} of key {key!r}", ValueError)
+            assert repr(key) in str(refused), f"{name} of {key!r} did not name it: {refused}"
+        if store.offers("transact"):
+            effect = store.probe.bump(clean, "never")
+            await raised(
+                partial(cp.transact, holder, key, effect), f"transact of key {key!r}", ValueError
+            )
+    assert await cp.load(clean) == {}
+    if isinstance(cp, Enumerable):
+        leaked = [w for w in await cp.workflows() if any(c in w for c in CONTROL)]
+        assert leaked == [], f"records were written under refused ids {leaked!r}"
+    if store.offers("transact"):
+        assert await store.probe.count(clean, "never") == 0
+    assert await cp.claim(clean, liveness=LONG, budget=LONG) is None, "the clean pass was lost"
+    assert await delivered_during(scheduler, 0.3) == []
+    assert (await cp.record(holder, "k", 1)).first

@@ -4,7 +4,8 @@ A store builds its own names from them (a Redis key, a hash field, a SQL paramet
 the characters that mean something to it are exactly the ones that leak: colons that
 separate key segments, braces that pick a cluster slot, spaces, quotes, unicode, and
 lengths past an index's comfort. Each id must stay its own workflow and each key its own
-record.
+record. (Control characters are the one exception, refused at the boundary: see
+``boundary.control-characters-refused``.)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ AWKWARD = [
     "a}{",
     "with space",
     " leading and trailing ",
-    "tab\tand\nnewline",
+    "no-break\u00a0space and zero\u200bwidth",
     "quote ' \" ; -- %s",
     "slash/and\\backslash",
     "ünïcødé ✓ 工作流 🙂",

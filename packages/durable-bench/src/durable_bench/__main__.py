@@ -1,14 +1,19 @@
 """Measure every installed store: ``python -m durable_bench [--store NAME] [--steps N]``.
 
-Rows per store, each as p50 and p90 in milliseconds and as a ratio to the raw round trip's
-p50 measured in the same run:
+Rows per store, each as p50 and p90 in milliseconds and as a ratio to the raw round trip
+measured in the same run:
 
-* ``raw``: one driver round trip equivalent to a recorded step (``durable_bench.raw``);
+* ``raw round trip``: one driver round trip equivalent to a recorded step
+  (``durable_bench.raw``);
 * ``record``: ``Checkpointer.record`` of a fresh key under a held claim;
 * ``Run.step``: one step inside a pass, the cost a workflow author pays;
 * ``100-step pass``: a whole ``resume`` of a fresh workflow with 100 steps (per step);
 * ``N workflows``: N concurrent passes, steps per second against raw ops per second
   from N tasks.
+
+The table is printed with its legend (:data:`LEGEND`), because "x raw" reads the other way
+up on the throughput rows: a latency row's ratio is a cost (lower is better), a throughput
+row's a rate (higher is better).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import importlib
 import json
 import statistics
 import sys
+import textwrap
 import time
 import unittest
 from collections.abc import Awaitable, Callable
@@ -31,9 +37,14 @@ import durable
 from durable.plugins import StorePlugin
 from durable.run import Run, resume
 
+LATENCY, THROUGHPUT = "latency", "throughput"
+
 
 @dataclass
 class Row:
+    """One line of the table. ``ratio`` is against the raw driver measured in the same run:
+    p50 over raw p50 on a latency row, rate over raw rate on a throughput row."""
+
     store: str
     name: str
     p50_ms: float
@@ -41,6 +52,7 @@ class Row:
     per_second: float
     ratio: float | None = None
     note: str = ""
+    kind: str = LATENCY
 
 
 def _quantiles(samples: list[float]) -> tuple[float, float]:
@@ -145,7 +157,7 @@ async def _bench_store(
             for width in fanouts:
                 each = max(10, steps // width)
                 raw_rate = await _throughput(raw, width, each)
-                rows.append(Row(label, f"raw x{width} tasks", 0, 0, raw_rate))
+                rows.append(Row(label, f"raw x{width} tasks", 0, 0, raw_rate, kind=THROUGHPUT))
 
                 async def workflow_pass(t: int, width: int = width, each: int = each) -> None:
                     async def body(run: Run[Any]) -> None:
@@ -166,6 +178,7 @@ async def _bench_store(
                         rate,
                         rate / raw_rate,
                         "ratio = steps/s over raw ops/s",
+                        THROUGHPUT,
                     )
                 )
     return rows
@@ -178,15 +191,57 @@ def _raw_module(name: str) -> Any:
         return None
 
 
-def _print(rows: list[Row]) -> None:
-    print(f"{'store':<10} {'row':<30} {'p50 ms':>9} {'p90 ms':>9} {'per s':>10} {'x raw':>7}")
-    for row in rows:
-        ratio = f"{row.ratio:.2f}" if row.ratio is not None else ""
-        p50 = f"{row.p50_ms:.3f}" if row.p50_ms else ""
-        p90 = f"{row.p90_ms:.3f}" if row.p90_ms else ""
-        print(
-            f"{row.store:<10} {row.name:<30} {p50:>9} {p90:>9} {row.per_second:>10.0f} {ratio:>7}"
+_MEANINGS = (
+    "x raw, on latency rows (those with p50 and p90): the row's p50 over the raw driver's "
+    "round trip p50, so what durable costs per step relative to the bare driver; lower is "
+    "better, 1.00 is no overhead.",
+    "x raw, on throughput rows (N workflows concurrently): steps per second over the raw "
+    "driver's operations per second from as many tasks; higher is better, 1.00 is as fast "
+    "as the bare driver.",
+    "Times are in milliseconds; per s is operations (or steps) per second.",
+)
+
+LEGEND = [
+    line
+    for meaning in _MEANINGS
+    for line in textwrap.wrap(meaning, width=76, subsequent_indent="  ")
+]
+"""What the ratio column means, printed under the table and in ``--help``."""
+
+_HEADINGS = ("store", "row", "p50 ms", "p90 ms", "per s", "x raw")
+
+
+def format_table(rows: list[Row]) -> list[str]:
+    """The rows as aligned text, heading first and the legend last.
+
+    Each column is as wide as its widest cell, so a long label (``redis/cluster``,
+    ``100-step pass (per step)``) pushes its column out rather than the row out of line.
+    """
+    cells = [
+        (
+            row.store,
+            row.name,
+            f"{row.p50_ms:.3f}" if row.p50_ms else "",
+            f"{row.p90_ms:.3f}" if row.p90_ms else "",
+            f"{row.per_second:.0f}",
+            f"{row.ratio:.2f}" if row.ratio is not None else "",
         )
+        for row in rows
+    ]
+    widths = [max(len(c) for c in column) for column in zip(_HEADINGS, *cells, strict=False)]
+
+    def line(values: tuple[str, ...]) -> str:
+        left = [f"{v:<{w}}" for v, w in zip(values[:2], widths[:2], strict=True)]
+        right = [f"{v:>{w}}" for v, w in zip(values[2:], widths[2:], strict=True)]
+        return "  ".join(left + right).rstrip()
+
+    heading = line(_HEADINGS)
+    return [heading, "-" * len(heading), *(line(c) for c in cells), "", *LEGEND]
+
+
+def _print(rows: list[Row]) -> None:
+    for text in format_table(rows):
+        print(text)
 
 
 async def _main(args: argparse.Namespace) -> tuple[int, list[Row]]:
@@ -218,20 +273,73 @@ async def _main(args: argparse.Namespace) -> tuple[int, list[Row]]:
     return (1 if failed else 0), rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="durable-bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--store", help="comma-separated store names (default: all installed)")
-    parser.add_argument("--steps", type=int, default=2000, help="samples per row")
-    parser.add_argument("--fanout", type=int, nargs="*", default=[16, 64])
-    parser.add_argument("--json", help="also write the rows to this file")
-    parser.add_argument(
+DEFAULT_STEPS = 2000
+DEFAULT_FANOUT = [16, 64]
+
+DESCRIPTION = (
+    "Measure every installed store (or those named with --store): the raw driver's round "
+    "trip, Checkpointer.record, Run.step and a 100-step pass as latencies, and N concurrent "
+    "workflows as throughput, each also as a ratio to the raw driver (x raw). Each store runs "
+    "on its testing hook's default server unless --url names one; a store without a server "
+    "is reported as could not run."
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line; every option's help ends with its default."""
+    made = argparse.ArgumentParser(
+        prog="python -m durable_bench",
+        description=textwrap.fill(DESCRIPTION, width=79),
+        epilog="How to read the table:\n" + "\n".join(f"  {line}" for line in LEGEND),
+        formatter_class=_Help,
+    )
+    made.add_argument(
+        "--store",
+        metavar="NAME[,NAME...]",
+        help="the stores to measure, comma-separated (default: every installed store; "
+        "sqlite and redis each run twice, as sqlite and sqlite/normal, redis and "
+        "redis/cluster)",
+    )
+    made.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        metavar="N",
+        help=f"samples per latency row (default: {DEFAULT_STEPS})",
+    )
+    made.add_argument(
+        "--fanout",
+        type=int,
+        nargs="*",
+        default=DEFAULT_FANOUT,
+        metavar="N",
+        help="numbers of concurrent workflows, one pair of throughput rows each; none for "
+        f"no throughput rows (default: {' '.join(map(str, DEFAULT_FANOUT))})",
+    )
+    made.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the rows to this file as JSON (default: none)",
+    )
+    made.add_argument(
         "--url",
         action="append",
         default=[],
         metavar="STORE=URL",
-        help="hand URL to STORE's testing hook (e.g. postgres=postgresql://...); repeatable",
+        help="hand URL to STORE's testing hook, e.g. postgres=postgresql://host/db; "
+        "repeatable (default: each store's testing default)",
     )
-    args = parser.parse_args()
+    return made
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of the description and the legend, which are wrapped here
+    (argparse would run the legend's lines together), and wraps each option's help as
+    argparse does."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     code, rows = asyncio.run(_main(args))
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))

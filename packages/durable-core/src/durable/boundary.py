@@ -7,6 +7,7 @@ round trip so that nothing is written.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from durable.interfaces import INBOX_PREFIX, SENT_PREFIX
@@ -15,19 +16,45 @@ __all__ = ["check_duration", "check_key", "check_message_id", "check_workflow", 
 
 
 def check_workflow(workflow: object) -> str:
-    """A workflow id is a non-empty string."""
+    """A workflow id is a non-empty string with no control character in it.
+
+    Control characters (Unicode category Cc: ``\\n``, ``\\r``, ``\\t``, NUL, DEL, ...)
+    are refused because an id is read by people as much as by stores: ``show``, ``list``
+    and every log line print it, and an id holding a newline forges a line of that output
+    or splits a log record in two, while a NUL is cut short or refused by some backends
+    (C strings, Postgres ``text``). Refusing them in one place keeps every store alike,
+    rather than each failing in its own way deep in a driver.
+    """
     if not isinstance(workflow, str) or not workflow:
         raise ValueError(f"a workflow id must be a non-empty string, got {workflow!r}")
+    where = _control_character(workflow)
+    if where is not None:
+        raise ValueError(
+            f"workflow id {shown(workflow)} has a control character ({where}); ids are "
+            "printed by show, list and every log line, so they may not contain one"
+        )
     return workflow
 
 
 def check_key(workflow: str, key: object, *, inbox: bool = False) -> str:
-    """A record key is a non-empty string; the inbox prefix belongs to ``append`` alone
-    unless ``inbox`` says the caller is the store naming an inbox entry, and the prefix of
-    ``append``'s message-id markers belongs to the store alone."""
+    """A record key is a non-empty string with no control character in it; the inbox prefix
+    belongs to ``append`` alone unless ``inbox`` says the caller is the store naming an
+    inbox entry, and the prefix of ``append``'s message-id markers belongs to the store
+    alone.
+
+    Keys get the workflow id's rule about control characters for the same reason: ``show``
+    prints every key of a workflow one to a line, and a key holding a newline would forge
+    a record in that listing.
+    """
     if not isinstance(key, str) or not key:
         raise ValueError(
             f"workflow {workflow!r}: a record key must be a non-empty string, got {key!r}"
+        )
+    where = _control_character(key)
+    if where is not None:
+        raise ValueError(
+            f"workflow {workflow!r}: record key {shown(key)} has a control character "
+            f"({where}); keys are printed by show, one to a line, so they may not contain one"
         )
     if not inbox and key.startswith(INBOX_PREFIX):
         raise ValueError(
@@ -59,10 +86,11 @@ def check_message_id(workflow: str, message_id: object) -> str | None:
             f"workflow {workflow!r}: a message id must be a non-empty string or None, "
             f"got {shown(message_id)}"
         )
-    if any(ord(c) < 32 or ord(c) == 127 for c in message_id):
+    where = _control_character(message_id)
+    if where is not None:
         raise ValueError(
             f"workflow {workflow!r}, message id {shown(message_id)}: a message id may not "
-            "contain control characters (newline, tab, NUL, ...)"
+            f"contain a control character ({where})"
         )
     return message_id
 
@@ -75,6 +103,18 @@ def check_duration(name: str, value: object, *, workflow: str | None = None) -> 
     if value <= timedelta(0):
         raise ValueError(f"{where}{name} must be positive, got {value!r}")
     return value
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Unicode category Cc, which is exactly C0, DEL and C1; a class rather than a call to
+``unicodedata.category`` per character, since every store operation checks its id."""
+
+
+def _control_character(text: str) -> str | None:
+    """Where the first control character of ``text`` is, as ``'\\n' at position 3``, or
+    ``None`` when there is none."""
+    found = _CONTROL.search(text)
+    return None if found is None else f"{found.group()!r} at position {found.start()}"
 
 
 def shown(value: object, limit: int = 200) -> str:

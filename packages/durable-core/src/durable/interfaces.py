@@ -230,6 +230,14 @@ class Checkpointer(Protocol[Effect]):
     result is handed back as the store holds it on the pass that ran it exactly as on the
     pass that replays it. Values the codec cannot encode and non-positive durations are
     refused at the boundary with an error naming the workflow and key; nothing is written.
+
+    Workflow ids and record keys are opaque non-empty strings (colons, braces, quotes,
+    unicode, any length), except that neither may hold a control character (Unicode
+    category Cc: newline, carriage return, tab, NUL, DEL, ...): every method refuses one
+    at the boundary with a ``ValueError`` naming the id or key and the character's
+    position, before anything is read or written (``durable.boundary.check_workflow`` and
+    ``check_key``). Ids and keys are printed by ``show``, ``list`` and log lines, where a
+    newline would forge a line.
     """
 
     async def load(self, workflow: str) -> dict[str, object]:
@@ -352,6 +360,10 @@ class Scheduler(Protocol):
     if the wakeup lands while a pass on it runs. Answering for a delivery (``wake_at`` or
     ``done``) never undoes a ``make_ready`` that landed after it was taken, and never
     reinstates a workflow cancelled since.
+
+    ``make_ready``, ``cancel`` and anything else that takes a workflow id refuse one holding
+    a control character, as the checkpointer does, with a ``ValueError`` and nothing
+    scheduled or unscheduled.
     """
 
     @property
@@ -408,6 +420,9 @@ class Durable(Protocol[Effect]):
     together, so they are one method here and a caller can never do half. Implementations
     differ in what they guarantee, not in what they offer: ``atomic`` says whether each move
     is one commit (a shared connection or pool) or two writes in the safe order.
+
+    Each move refuses a workflow id or key holding a control character before either half
+    is written, as the checkpointer and the scheduler do.
     """
 
     @property

@@ -104,6 +104,7 @@ class MemoryCheckpointer:
 
     async def claimed(self, workflow: str) -> Claimed | None:
         """The live claim on ``workflow``, or ``None``."""
+        check_workflow(workflow)
         await asyncio.sleep(0)
         claim = self._claims.get(workflow)
         if claim is None or not claim.held(self.clock.now()):
@@ -338,6 +339,7 @@ class MemoryScheduler:
             del self._entries[delivery.workflow]
 
     async def cancel(self, workflow: str) -> None:
+        check_workflow(workflow)
         await asyncio.sleep(0)
         self._cancel_now(workflow)
 
@@ -346,6 +348,7 @@ class MemoryScheduler:
 
     async def scheduled(self, workflow: str) -> datetime | None:
         """When ``workflow`` is next runnable, or ``None`` if it is not scheduled."""
+        check_workflow(workflow)
         await asyncio.sleep(0)
         entry = self._entries.get(workflow)
         return entry[0] if entry is not None else None
