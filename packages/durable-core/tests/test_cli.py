@@ -308,6 +308,12 @@ def test_a_worker_given_no_url_says_how_to_give_one() -> None:
     assert "no store URL: give it first (durable worker sqlite:///orders.db" in done.stderr
 
 
+def test_a_worker_given_the_old_order_says_the_url_comes_first() -> None:
+    done = durable("worker", "cli_bodies:greet", "memory://")
+    assert done.returncode == 2
+    assert "the URL comes first, durable worker memory:// cli_bodies:greet" in done.stderr
+
+
 def test_a_worker_given_a_url_twice_is_refused() -> None:
     done = durable("worker", "memory://", "cli_bodies:greet", "--store", "memory://")
     assert done.returncode == 2

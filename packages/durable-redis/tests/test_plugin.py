@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import importlib.metadata
+import logging
 import subprocess
 import sys
 from datetime import timedelta

@@ -321,8 +321,14 @@ async def _worker(args: argparse.Namespace, out: TextIO) -> int:
             args.body,
         )
         args.url = args.store
-    if args.url is None and "://" in args.body:
-        raise Exit(USAGE, f"durable worker {args.body}: MODULE:BODY is missing after the URL")
+    if "://" in args.body:
+        if args.url is None:
+            raise Exit(USAGE, f"durable worker {args.body}: MODULE:BODY is missing after the URL")
+        raise Exit(
+            USAGE,
+            f"{args.body!r} is a store URL where MODULE:BODY belongs: the URL comes first, "
+            f"durable worker {args.body} {args.url}",
+        )
     url = _store_url(args)
     body = _servable(args.body)
 
