@@ -457,6 +457,22 @@ def test_a_worker_retries_an_unreachable_store_with_backoff_until_its_connect_ti
     assert 5 <= took < PATIENCE
 
 
+def test_ctrl_c_while_a_worker_waits_for_its_store_stops_it_quietly(
+    cli: Cli, workers: list[Worker]
+) -> None:
+    pytest.importorskip("durable_redis")
+    worker = cli.worker("redis://127.0.0.1:1/0", "cli_bodies:greet")
+    workers.append(worker)
+    worker.wait_for("worker: cannot open ")
+
+    worker.process.send_signal(signal.SIGINT)
+    code = worker.process.wait(timeout=PATIENCE)
+
+    assert code == 0
+    worker.wait_for("worker: stopped before the store could be opened")
+    assert not any("Traceback" in line for line in worker.log)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
