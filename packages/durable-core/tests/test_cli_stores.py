@@ -542,3 +542,29 @@ def test_a_killed_workers_workflow_is_taken_over_within_the_delivery_lease_and_l
     assert waited < bound + 2.0, f"taken over after {waited:.1f}s; the bound is {bound:.1f}s"
     shown = cli.show(store, "wf-1")
     assert [r["key"] for r in shown["records"]][-1] == "first-taker"
+
+
+def test_a_short_liveness_alone_does_not_shorten_the_wait_for_a_killed_workers_workflow(
+    cli: Cli, workers: list[Worker], tmp_path: Path
+) -> None:
+    """The confusion the two names exist to prevent: --liveness 1 on a store whose delivery
+    lease is the default 30 s still leaves a dead worker's workflow waiting for that lease."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    options = ("--liveness", "1", "--retry", "0.5", "--poll", "0.2", "--tick", "0.2")
+    first = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
+    workers.append(first)
+    cli.ok("send", url, "wf-1", '"go"')
+    first.wait_for("holding wf-1")
+    second = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
+    workers.append(second)
+    second.wait_for("delivery lease 30s")
+
+    first.process.send_signal(signal.SIGKILL)
+    first.process.wait(timeout=PATIENCE)
+    time.sleep(5)
+    assert second.stop() == 0, "".join(second.log)
+
+    assert not any("workflow 'wf-1': finished" in line for line in second.log)
+    shown = cli.show(Store("sqlite", url), "wf-1")
+    assert shown["claim"] is None, "the dead worker's claim lapsed after its liveness"
+    assert shown["scheduled"] is not None, "but its delivery is still leased"
