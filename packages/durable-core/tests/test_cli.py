@@ -274,6 +274,17 @@ def test_the_url_argument_wins_over_durable_store(sqlite_url: str) -> None:
     assert [r["value"] for r in json.loads(shown.stdout)["records"]] == ["kept"]
 
 
+def test_options_may_sit_between_the_url_and_the_other_arguments(sqlite_url: str) -> None:
+    durable("send", sqlite_url, "wf", '"hi"')
+
+    shown = durable("show", sqlite_url, "--json", "wf")
+    refused = durable("worker", sqlite_url, "--limit", "3", "datetime:timedelta")
+
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["workflow"] == "wf"
+    assert "datetime:timedelta is not an async function" in refused.stderr
+
+
 def worker_started(worker: Worker) -> str:
     return worker.wait_for("worker: cli_bodies:greet on ")
 

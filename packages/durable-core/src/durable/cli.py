@@ -562,6 +562,25 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Command(argparse.ArgumentParser):
+    """A command's parser, which lets options sit between its positionals
+    (``durable show URL --json WORKFLOW``): with the URL optional, a plain parse would give
+    the first positional to WORKFLOW and refuse the one after the option."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixing:  # the intermixed parse calls this for each of its passes
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def _url_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "url",
@@ -602,7 +621,9 @@ def _parser() -> argparse.ArgumentParser:
         help="-v: debug lines of durable's own loggers; -vv: of the drivers' too",
     )
     parser.add_argument("--version", action=_Version)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Command
+    )
 
     stores = commands.add_parser("stores", help="installed stores, versions and capabilities")
     stores.add_argument("--json", action="store_true")
