@@ -84,7 +84,9 @@ class LosesOrderOnConflict(MemoryCheckpointer):
 class RacyMaxAppends(MemoryCheckpointer):
     """append reads the highest position, then writes the next one, in two round trips."""
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        if message_id is not None:
+            return await super().append(workflow, value, message_id=message_id)
         check_workflow(workflow)
         encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
         await asyncio.sleep(0)
@@ -93,6 +95,29 @@ class RacyMaxAppends(MemoryCheckpointer):
         key = inbox_key(position)
         self._write(workflow, key, encoded)
         return key
+
+
+class ChecksThenAppends(MemoryCheckpointer):
+    """An append with a message id looks the id up, then appends, in two round trips."""
+
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        check_workflow(workflow)
+        encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
+        await asyncio.sleep(0)
+        if message_id is not None and message_id in self._sent.get(workflow, {}):
+            return self._sent[workflow][message_id]
+        await asyncio.sleep(0)
+        key = self._append_now(workflow, encoded)
+        if message_id is not None:
+            self._sent.setdefault(workflow, {})[message_id] = key
+        return key
+
+
+class IgnoresMessageId(MemoryCheckpointer):
+    """append takes a message id and does nothing with it."""
+
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        return await super().append(workflow, value)
 
 
 class RestampsHistory(MemoryCheckpointer):
@@ -302,6 +327,14 @@ LOSES_ORDER = Broken(
 )
 RACY_APPENDS = Broken(
     "racy-appends", checkpointer=RacyMaxAppends, breaks="numbers appends from a racy max"
+)
+CHECKS_THEN_APPENDS = Broken(
+    "checks-then-appends",
+    checkpointer=ChecksThenAppends,
+    breaks="appends with a message id after a separate lookup",
+)
+IGNORES_MESSAGE_ID = Broken(
+    "ignores-message-id", checkpointer=IgnoresMessageId, breaks="ignores the message id"
 )
 RESTAMPS = Broken("restamps", checkpointer=RestampsHistory, breaks="stamps history on every write")
 DELETES_CLAIM = Broken(

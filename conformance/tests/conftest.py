@@ -42,6 +42,8 @@ BROKEN = {
     "stale-release": "STALE_RELEASE",
     "half-commits": "HALF_COMMITS",
     "two-winners": "TWO_WINNERS",
+    "checks-then-appends": "CHECKS_THEN_APPENDS",
+    "ignores-message-id": "IGNORES_MESSAGE_ID",
     "undeclared-transact": "UNDECLARED_TRANSACT",
     "no-probe": "NO_PROBE",
     "unimplemented-transact": "UNIMPLEMENTED",

@@ -73,7 +73,27 @@ CASES = [
         "racy-appends",
         "append.concurrent-appends-all-land",
         "test_append or test_durable_send",
-        frozenset({"append.key-order-is-load-order", "durable.send-appends-and-readies"}),
+        frozenset(
+            {
+                "append.key-order-is-load-order",
+                "append.message-id-once-under-concurrency",
+                "durable.send-appends-and-readies",
+            }
+        ),
+    ),
+    Case(
+        "checks-then-appends",
+        "append.message-id-once-under-concurrency",
+        "test_append or test_durable_send",
+        frozenset({"durable.send-with-message-id-once"}),
+    ),
+    Case(
+        "ignores-message-id",
+        "append.message-id-once",
+        "test_append or test_durable_send",
+        frozenset(
+            {"append.message-id-once-under-concurrency", "durable.send-with-message-id-once"}
+        ),
     ),
     Case("restamps", "history.replay-does-not-restamp", "test_history"),
     Case(

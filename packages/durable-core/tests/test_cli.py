@@ -472,6 +472,20 @@ def test_a_malformed_sqlite_url_is_a_usage_error_showing_the_right_form(url: str
     assert "sqlite:///" in line.split(url, 1)[-1] or "memory://" in line
 
 
+def test_a_worker_whose_store_refuses_for_good_exits_1_at_once_instead_of_retrying(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("durable_sqlite")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not an SQLite database, and waiting will not make it one" * 16)
+
+    done = durable("worker", f"sqlite:///{junk}", "cli_bodies:greet")
+
+    assert done.returncode == 1, done.stderr
+    assert "cannot open" not in done.stderr, "a file that is not a database is not an outage"
+    assert done.stderr.strip().splitlines()[-1].startswith("durable: the store failed: ")
+
+
 # --- stopping ----------------------------------------------------------------------------------
 
 

@@ -235,6 +235,25 @@ def test_send_prints_the_inbox_key_and_arrive_prints_what_the_key_holds(
     assert json.loads(second) == {"by": "ana"}, "the first writer wins"
 
 
+def test_send_with_an_id_twice_prints_one_key_and_without_prints_two(
+    cli: Cli, store: Store
+) -> None:
+    once = [cli.ok("send", store.url, "wf-1", '"pay"', "--id", "order-7") for _ in range(2)]
+    twice = [cli.ok("send", store.url, "wf-2", '"pay"') for _ in range(2)]
+
+    assert once[0] == once[1], "a repeated send with --id appended again"
+    assert once[0].strip().startswith(durable.INBOX_PREFIX)
+    assert [r["key"] for r in cli.show(store, "wf-1")["records"]] == [once[0].strip()]
+    assert twice[0] != twice[1], "a send without --id is not deduplicated"
+    assert [r["value"] for r in cli.show(store, "wf-2")["records"]] == ["pay", "pay"]
+
+
+def test_send_with_an_empty_id_is_a_usage_error_naming_the_workflow(cli: Cli, store: Store) -> None:
+    done = cli.run("send", store.url, "wf-1", '"pay"', "--id", "")
+    assert done.returncode == 2, done.stderr
+    assert "workflow 'wf-1': a message id must be a non-empty string" in done.stderr
+
+
 # --- show: the timeline, the claim and the schedule -------------------------------------
 
 

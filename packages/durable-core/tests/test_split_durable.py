@@ -42,7 +42,7 @@ class RefusingCheckpointer(MemoryCheckpointer):
     async def supply(self, workflow: str, key: str, value: object) -> object:
         raise QueueDown(f"could not record {key!r}")
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         raise QueueDown("could not append")
 
     async def discard(self, workflow: str) -> None:
@@ -118,6 +118,33 @@ async def test_send_records_before_it_queues() -> None:
     with pytest.raises(QueueDown):
         await durable.send("order-1", "gift wrap")
     assert list((await checkpointer.load("order-1")).values()) == ["gift wrap"]
+
+
+async def test_a_send_with_an_id_repeated_after_the_queue_failed_appends_nothing_and_queues() -> (
+    None
+):
+    """The repair a message id makes safe: the first send recorded and died before queueing;
+    the repeat finds the entry, appends nothing, and queues the wakeup the first never did."""
+    durable, checkpointer, scheduler = split()
+    broken = SplitDurable(checkpointer, RefusingScheduler())
+    with pytest.raises(QueueDown):
+        await broken.send("order-1", "gift wrap", message_id="m-1")
+    key = await durable.send("order-1", "gift wrap", message_id="m-1")
+    assert await checkpointer.load("order-1") == {key: "gift wrap"}
+    assert await ready_now(scheduler) == ["order-1"]
+
+
+class PlainCheckpointer(MemoryCheckpointer):
+    """A checkpointer written before message ids, whose append takes no keyword."""
+
+    async def append(self, workflow: str, value: object) -> str:  # type: ignore[override]
+        return await super().append(workflow, value)
+
+
+async def test_a_send_without_an_id_still_works_over_a_checkpointer_without_message_ids() -> None:
+    durable = SplitDurable(PlainCheckpointer(), MemoryScheduler())  # type: ignore[arg-type]
+    key = await durable.send("order-1", "gift wrap")
+    assert await durable.checkpointer.load("order-1") == {key: "gift wrap"}
 
 
 async def test_discard_forgets_the_records_before_it_cancels() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from durable.clock import ManualClock
-from durable.interfaces import Delivery, Durable
+from durable.interfaces import Delivery, Durable, Pass, Recorded, StoreUnavailable
 from durable.memory import MemoryCheckpointer, MemoryDurable, MemoryScheduler
-from durable.run import Run, resume
+from durable.run import DEFAULT_LIVENESS, Run, resume
 from durable.worker import work
 
 WORKFLOW = "wf-payout-1"
@@ -312,6 +312,249 @@ async def test_a_failing_body_is_logged_with_its_workflow_and_retried_after_retr
     assert isinstance(failures[0].exc_info[1], ConnectionError)
 
 
+# -- store outages -----------------------------------------------------------------------
+
+
+class Switch:
+    """Makes the stores built over it unreachable while ``down``, as a server that went away
+    would: every call raises ``StoreUnavailable`` and reaches nothing."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.refused: list[str] = []
+
+    def reach(self, what: str) -> None:
+        if self.down:
+            self.refused.append(what)
+            raise StoreUnavailable(f"could not reach the test store for {what}")
+
+
+class CutCheckpointer(MemoryCheckpointer):
+    def __init__(self, switch: Switch, clock: ManualClock | None) -> None:
+        super().__init__(clock=clock)
+        self.switch = switch
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        self.switch.reach("claim")
+        return await super().claim(workflow, liveness=liveness, budget=budget)
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        self.switch.reach("load")
+        return await super().load(workflow)
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        self.switch.reach("record")
+        return await super().record(holder, key, value)
+
+    async def renew(self, holder: Pass) -> Pass:
+        self.switch.reach("renew")
+        return await super().renew(holder)
+
+    async def release(self, holder: Pass) -> None:
+        self.switch.reach("release")
+        await super().release(holder)
+
+
+class CutScheduler(Spy):
+    def __init__(self, switch: Switch, **options: Any) -> None:
+        super().__init__(**options)
+        self.switch = switch
+
+    async def prepare(self) -> None:
+        self.switch.reach("prepare")
+        await super().prepare()
+
+    async def next_ready(self, within: timedelta) -> Delivery | None:
+        self.switch.reach("next_ready")
+        return await super().next_ready(within)
+
+    async def reclaim(self, idle: timedelta) -> Delivery | None:
+        self.switch.reach("reclaim")
+        return await super().reclaim(idle)
+
+    async def wake_at(self, delivery: Delivery, when: datetime) -> None:
+        self.switch.reach("wake_at")
+        await super().wake_at(delivery, when)
+
+    async def done(self, delivery: Delivery) -> None:
+        self.switch.reach("done")
+        await super().done(delivery)
+
+    async def wake_due(self, now: datetime) -> tuple[str, ...]:
+        self.switch.reach("wake_due")
+        return await super().wake_due(now)
+
+
+def cuttable(
+    clock: ManualClock | None = None, **options: Any
+) -> tuple[MemoryDurable, CutScheduler, Switch]:
+    switch = Switch()
+    scheduler = CutScheduler(switch, clock=clock, **options)
+    return MemoryDurable(CutCheckpointer(switch, clock), scheduler), scheduler, switch
+
+
+def worker_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "durable.worker"]
+
+
+async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_delivery_stays_out(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable, spy, switch = cuttable(clock)
+    midway = asyncio.Event()
+    go_on = asyncio.Event()
+    passes = 0
+
+    async def body(run: Run[Any]) -> str:
+        nonlocal passes
+        passes += 1
+        await run.step("reserved", lambda: "r1", as_str)
+        if passes == 1:
+            midway.set()
+            await go_on.wait()
+        return await run.step("payout", lambda: f"po_{passes}", as_str)
+
+    taken_at = clock.now()
+    await durable.scheduler.make_ready(WORKFLOW)
+    with caplog.at_level(logging.DEBUG, logger="durable"):
+        async with working(durable, body, clock=clock):
+            await asyncio.wait_for(midway.wait(), 2)
+            switch.down = True
+            go_on.set()
+            await eventually(lambda: "release" in switch.refused)
+            await asyncio.sleep(0.05)
+            assert spy.answers == []  # neither done nor deferred: left outstanding
+            assert await spy.scheduled(WORKFLOW) == taken_at + spy.lease
+
+            switch.down = False
+            clock.advance(max(spy.lease, DEFAULT_LIVENESS))  # the unreleased claim lapses too
+            assert (await spy.answer())[0] == "done"
+
+    assert passes == 2
+    assert await durable.checkpointer.load(WORKFLOW) == {"reserved": "r1", "payout": "po_2"}
+    records = worker_records(caplog)
+    assert not [r for r in records if "body failed" in r.getMessage()]
+    tracebacks = [r for r in records if r.exc_info]
+    assert len(tracebacks) == 1
+    assert tracebacks[0].exc_info is not None
+    assert isinstance(tracebacks[0].exc_info[1], StoreUnavailable)
+    first = tracebacks[0].getMessage()
+    assert "store outage: MemoryDurable" in first
+    assert f"running workflow {WORKFLOW!r}" in first
+    assert "could not reach the test store for record" in first
+    assert "delivery stays out" in first
+    again = [r for r in records if "reachable again" in r.getMessage()]
+    assert len(again) == 1
+    assert f"the passes of {WORKFLOW!r} were cut short" in again[0].getMessage()
+    # The failed release says nothing a person must act on: the claim lapses by itself.
+    assert not [r for r in caplog.records if r.name == "durable.run" and r.levelno > logging.DEBUG]
+
+
+async def test_an_answer_lost_to_an_outage_leaves_the_delivery_out_and_the_next_pass_finishes(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable, spy, switch = cuttable(clock)
+    passes = 0
+
+    async def body(run: Run[Any]) -> str:
+        nonlocal passes
+        passes += 1
+        payout = await run.step("payout", lambda: f"po_{passes}", as_str)
+        if passes == 1:
+            switch.down = True  # the store goes away between the pass and its answer
+        return payout
+
+    await durable.scheduler.make_ready(WORKFLOW)
+    with caplog.at_level(logging.INFO, logger="durable.worker"):
+        async with working(durable, body, clock=clock):
+            await eventually(lambda: "done" in switch.refused)
+            assert spy.answers == []
+            switch.down = False
+            clock.advance(max(spy.lease, DEFAULT_LIVENESS))
+            assert (await spy.answer())[0] == "done"
+
+    assert passes == 2
+    assert await durable.checkpointer.load(WORKFLOW) == {"payout": "po_1"}  # replayed
+    records = worker_records(caplog)
+    assert not [r for r in records if "body failed" in r.getMessage()]
+    [first] = [r for r in records if r.exc_info]
+    assert f"answering for workflow {WORKFLOW!r} (done)" in first.getMessage()
+
+
+async def test_an_outage_is_retried_with_backoff_and_logged_once_in_full(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    durable, spy, switch = cuttable()
+    finished: set[str] = set()
+
+    async def body(run: Run[Any]) -> None:
+        finished.add(run.workflow)
+
+    outage = 0.6  # seconds; polling every 10 ms without backoff would make 60 tries
+    with caplog.at_level(logging.INFO, logger="durable.worker"):
+        async with working(durable, body):
+            await asyncio.sleep(0.05)
+            switch.down = True
+            await asyncio.sleep(outage)
+            takes = sum(1 for what in switch.refused if what in ("reclaim", "next_ready"))
+            ticks = switch.refused.count("wake_due")
+            for workflow in ("wf-a", "wf-b"):
+                await MemoryScheduler.make_ready(spy, workflow)
+            switch.down = False
+            await eventually(lambda: finished == {"wf-a", "wf-b"})
+
+    # Waits of 10, 20, 40, 80, 160, 320 ms (each jittered to between half and all of it)
+    # leave room for at most eight tries in 0.6 s, whoever is trying.
+    assert 1 <= takes <= 8
+    assert ticks <= 8
+    records = worker_records(caplog)
+    outage_lines = [r for r in records if r.getMessage().startswith("store outage:")]
+    assert 2 <= len(outage_lines) <= 8
+    assert sum(1 for r in records if r.exc_info) == 1
+    assert outage_lines[0].exc_info is not None
+    assert all(r.exc_info is None for r in outage_lines[1:])
+    assert all("\n" not in r.getMessage() for r in outage_lines)
+    assert len([r for r in records if "reachable again" in r.getMessage()]) == 1
+
+
+async def test_a_worker_started_while_its_store_is_down_waits_for_it() -> None:
+    durable, spy, switch = cuttable()
+    finished = asyncio.Event()
+
+    async def body(run: Run[Any]) -> None:
+        finished.set()
+
+    switch.down = True
+    async with working(durable, body):
+        await asyncio.sleep(0.2)
+        assert 1 <= switch.refused.count("prepare") <= 6
+        await MemoryScheduler.make_ready(spy, WORKFLOW)
+        switch.down = False
+        await asyncio.wait_for(finished.wait(), 2)
+    assert "prepare" in spy.calls
+
+
+async def test_an_unknown_error_from_the_store_is_still_a_body_failure(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A third-party store that raises its driver's own errors still works, as before."""
+    durable, spy = spied(clock)
+    passes = 0
+
+    async def body(run: Run[Any]) -> None:
+        nonlocal passes
+        passes += 1
+        if passes == 1:
+            raise OSError("connection reset by peer")
+
+    await durable.scheduler.make_ready(WORKFLOW)
+    with caplog.at_level(logging.ERROR, logger="durable.worker"):
+        async with working(durable, body, clock=clock):
+            assert (await spy.answer())[0] == "wake_at"
+    assert [r for r in worker_records(caplog) if "body failed" in r.getMessage()]
+    assert not [r for r in worker_records(caplog) if "store outage" in r.getMessage()]
+
+
 # -- the races with the queue ------------------------------------------------------------
 
 
@@ -580,6 +823,34 @@ async def test_stop_cancels_passes_still_running_after_the_grace(clock: ManualCl
     assert interrupted.is_set()
     assert spy.answers == []  # left outstanding for another worker
     assert await spy.scheduled(WORKFLOW) == taken_at + spy.lease
+
+
+async def test_a_grace_that_runs_out_names_the_workflows_whose_passes_it_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    durable, _ = spied()
+    stop = asyncio.Event()
+    started: set[str] = set()
+
+    async def body(run: Run[Any]) -> None:
+        started.add(run.workflow)
+        if run.workflow != "wf-quick":
+            await asyncio.Event().wait()
+
+    for workflow in ("wf-stuck-1", "wf-quick", "wf-stuck-2"):
+        await durable.scheduler.make_ready(workflow)
+    with caplog.at_level(logging.INFO, logger="durable.worker"):
+        worker = asyncio.ensure_future(
+            work(durable, body, stop=stop, grace=timedelta(milliseconds=50), **QUICK)
+        )
+        await eventually(lambda: len(started) == 3)
+        stop.set()
+        await asyncio.wait_for(worker, 2)
+
+    dropped = [r.getMessage() for r in worker_records(caplog) if "grace" in r.getMessage()]
+    assert len(dropped) == 1
+    assert "'wf-stuck-1', 'wf-stuck-2'" in dropped[0]
+    assert "wf-quick" not in dropped[0]
 
 
 async def test_stop_with_nothing_running_returns_promptly() -> None:

@@ -8,10 +8,15 @@ capture and the order still finished, that the operator's approval went through 
 
 from __future__ import annotations
 
+import os
+import queue
+import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,3 +125,50 @@ def test_the_demo_runs_and_resumes_on_postgres(postgres_url: str, tmp_path: Path
 def test_the_demo_runs_and_resumes_on_redis(redis_url: str, tmp_path: Path) -> None:
     assert_first_run(demo(tmp_path, "--store", redis_url))
     assert_resumed(demo(tmp_path, "--store", redis_url))
+
+
+def test_ctrl_c_stops_the_demo_and_its_workers_without_a_traceback(tmp_path: Path) -> None:
+    demo_run = subprocess.Popen(
+        [sys.executable, "-m", "durable_examples.demo"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = demo_run.stdout
+    assert stdout is not None
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    seen: list[str] = []
+    try:
+        # Pressed while the workers are running: after the first event the demo reports.
+        while not any(line.startswith("  +") for line in seen):
+            seen.append(lines.get(timeout=DEMO_TIMEOUT))
+        demo_run.send_signal(signal.SIGINT)
+        demo_run.wait(timeout=DEMO_TIMEOUT)
+    finally:
+        if demo_run.poll() is None:
+            demo_run.kill()
+            demo_run.wait()
+    reader.join(timeout=5)
+    assert demo_run.stderr is not None
+    stderr = demo_run.stderr.read()
+    out = "".join(seen) + "".join(lines.queue)
+
+    assert demo_run.returncode == 130, f"exit {demo_run.returncode}\n{out}\n{stderr}"
+    assert "Traceback" not in stderr, stderr
+    assert "demo: interrupted; the workers were stopped" in stderr
+    assert "interrupted: stopping the workers" in out
+    workers = [int(pid) for pid in re.findall(r"worker \d \(pid (\d+)\)", out)]
+    assert len(workers) == 2, out
+    for pid in workers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    for log in (tmp_path / ".durable-demo").glob("worker-*.log"):
+        assert "Traceback" not in log.read_text(), log.read_text()

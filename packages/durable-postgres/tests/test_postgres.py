@@ -437,6 +437,9 @@ async def test_each_guarantee_is_one_round_trip(bed: Testbed[PostgresEffect]) ->
             await cp.append(f"wf-{n}", 1)
             await store.arrive(f"wf-{n}", "a", 1)
             await store.send(f"wf-{n}", 1)
+            await cp.append(f"wf-{n}", 1, message_id="m-1")
+            await store.send(f"wf-{n}", 1, message_id="m-2")
+            await store.send(f"wf-{n}", 1, message_id="m-2")
             await store.discard(f"wf-{n}")
 
         await everything(0)  # prepares every statement on the connection
@@ -451,7 +454,9 @@ async def test_each_guarantee_is_one_round_trip(bed: Testbed[PostgresEffect]) ->
             syncs = [
                 line for line in trace if line.startswith("F\t") and line.strip().endswith("Sync")
             ]
-        assert len(syncs) == 7, "claim, record, supply, append, arrive, send, discard"
+        assert len(syncs) == 10, (
+            "claim, record, supply, append, arrive, send, append and two sends with an id, discard"
+        )
     finally:
         await pool.close()
 

@@ -103,6 +103,34 @@ async def test_send_is_one_commit(store: SqliteDurable, path: Path) -> None:
     assert await store.checkpointer.load("wf") == {}
 
 
+async def test_a_send_with_an_id_is_one_commit_marker_included(
+    store: SqliteDurable, path: Path
+) -> None:
+    with queue_refuses(path), pytest.raises(sqlite3.IntegrityError, match="queue refuses"):
+        await store.send("wf", "message", message_id="m-1")
+    assert await store.checkpointer.load("wf") == {}
+    key = await store.send("wf", "message", message_id="m-1")  # no marker was left behind
+    assert await store.checkpointer.load("wf") == {key: "message"}
+
+
+async def test_a_send_with_an_id_repeated_on_other_connections_returns_the_first_key(
+    store: SqliteDurable, path: Path
+) -> None:
+    """SQLite has no connection to lose between a write and its answer; what a message id
+    owes here is that a repeat, from this connection or another, appends nothing."""
+    first = await store.send("wf", {"order": 1}, message_id="order-1")
+    async with connect(path) as a, connect(path) as b:
+        others = [SqliteDurable.over(c) for c in (a, b)]
+        repeats = await asyncio.gather(
+            *(others[i % 2].send("wf", {"order": 1}, message_id="order-1") for i in range(20)),
+            *(others[i % 2].send("wf", {"order": 2}, message_id="order-2") for i in range(20)),
+        )
+    assert set(repeats[:20]) == {first}
+    assert len(set(repeats[20:])) == 1
+    assert await store.checkpointer.load("wf") == {first: {"order": 1}, repeats[20]: {"order": 2}}
+    assert [e.key for e in await store.checkpointer.history("wf")] == [first, repeats[20]]
+
+
 async def test_discard_is_one_commit(store: SqliteDurable, path: Path) -> None:
     await store.send("wf", "message")
     with queue_refuses(path), pytest.raises(sqlite3.IntegrityError, match="queue refuses"):

@@ -6,6 +6,11 @@ order within the workflow; and the entry is an ordinary record, sitting in load 
 append position, so that key order and load order are one order. A counter read and then
 written is the classic way to lose the second: two appends draw one number, and the loser
 vanishes into first-writer-wins without an error.
+
+An append with a message id is safe to repeat: the id names the message, so a second
+append with it (a retry after a lost answer, or a racing duplicate) writes nothing and
+returns the first one's key. Checking for the id and then appending is the same classic
+mistake one level up: two appends both find the id absent, and the message lands twice.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from durable_conformance.subject import StoreUnderTest
 from durable_conformance.suite._support import claimed
 
 CONCURRENT = 200
+SAME_ID = 16
 
 
 def _inbox(loaded: dict[str, object]) -> list[str]:
@@ -103,3 +109,65 @@ async def test_append_under_concurrency_key_order_and_load_order_agree(
     assert len(inbox) == 120
     assert inbox == sorted(inbox), "load order and inbox key order are two orders"
     assert len(loaded) == 160
+
+
+@requirement("append.message-id-once")
+async def test_append_with_a_message_id_the_workflow_holds_writes_nothing(
+    store: StoreUnderTest,
+) -> None:
+    """An append whose message id the workflow already holds writes nothing and returns the
+    first append's key, whatever its value; other ids, id-less appends and other workflows
+    append as usual; discard forgets the ids with the records."""
+    cp = store.checkpointer
+    wf, other = store.workflow(), store.workflow()
+    first = await cp.append(wf, {"order": 1}, message_id="order-1")
+    assert first.startswith(INBOX_PREFIX), first
+    again = await cp.append(wf, {"order": 1}, message_id="order-1")
+    assert again == first, f"a repeated message id appended again under {again!r}"
+    changed = await cp.append(wf, {"order": "changed"}, message_id="order-1")
+    assert changed == first, "a repeated message id with another value appended again"
+    assert await cp.load(wf) == {first: {"order": 1}}, "load is not the one entry appended"
+    assert [e.key for e in await cp.history(wf)] == [first]
+
+    second = await cp.append(wf, {"order": 2}, message_id="order-2")
+    plain = [await cp.append(wf, "no id"), await cp.append(wf, "no id")]
+    assert len({first, second, *plain}) == 4, "distinct messages shared a key"
+    assert list(await cp.load(wf)) == [first, second, *plain]
+
+    elsewhere = await cp.append(other, "same id, other workflow", message_id="order-1")
+    assert await cp.load(other) == {elsewhere: "same id, other workflow"}, (
+        "a message id held by one workflow stopped an append to another"
+    )
+
+    await cp.discard(wf)
+    assert await cp.load(wf) == {}
+    anew = await cp.append(wf, {"order": 1, "after": "discard"}, message_id="order-1")
+    assert await cp.load(wf) == {anew: {"order": 1, "after": "discard"}}, (
+        "discard did not forget the message id: the append after it wrote nothing"
+    )
+
+
+@requirement("append.message-id-once-under-concurrency")
+async def test_append_concurrent_appends_with_one_message_id_write_one_entry(
+    store: StoreUnderTest,
+) -> None:
+    """Concurrent appends with one message id, from several handles, write exactly one entry
+    and all return its key, while id-less appends racing them all land."""
+    wf = store.workflow()
+    async with store.handles(4) as handles:
+
+        async def append(i: int) -> str:
+            cp = handles[i % len(handles)].checkpointer
+            if i % 2:
+                return await cp.append(wf, {"copy": i}, message_id="the-message")
+            return await cp.append(wf, {"plain": i})
+
+        keys = await asyncio.gather(*(append(i) for i in range(2 * SAME_ID)))
+    same = {keys[i] for i in range(1, 2 * SAME_ID, 2)}
+    assert len(same) == 1, f"{SAME_ID} appends with one message id got {len(same)} keys"
+    loaded = await store.checkpointer.load(wf)
+    copies = [v for v in loaded.values() if isinstance(v, dict) and "copy" in v]
+    assert len(copies) == 1, f"{SAME_ID} appends with one message id wrote {len(copies)} entries"
+    assert loaded[same.pop()] == copies[0]
+    assert len(loaded) == SAME_ID + 1, f"load holds {len(loaded)} entries, not {SAME_ID + 1}"
+    assert _inbox(loaded) == sorted(_inbox(loaded))

@@ -93,6 +93,34 @@ async def test_durable_send_appends_to_the_inbox_and_makes_the_workflow_ready(
     assert await next_delivery(store.scheduler, workflow=wf, within=PROMPTLY) is not None
 
 
+@requirement("durable.send-with-message-id-once")
+async def test_durable_send_with_a_message_id_appends_once_and_readies_every_time(
+    store: StoreUnderTest,
+) -> None:
+    """A send whose message id the workflow holds appends nothing and returns the first
+    send's key, and still makes the workflow ready; concurrent sends with one id from
+    several handles append one entry."""
+    d = store.durable
+    wf = store.workflow()
+    key = await d.send(wf, {"order": 1}, message_id="order-1")
+    delivery = await next_delivery(d.scheduler, workflow=wf, within=PROMPTLY)
+    assert delivery is not None, "send appended but did not make the workflow ready"
+    await d.scheduler.done(delivery)
+    assert await d.send(wf, {"order": 1}, message_id="order-1") == key
+    assert await d.checkpointer.load(wf) == {key: {"order": 1}}
+    assert await next_delivery(d.scheduler, workflow=wf, within=PROMPTLY) is not None, (
+        "a repeated send did not make the workflow ready"
+    )
+    async with store.handles(3) as handles:
+        keys = await asyncio.gather(
+            *(handles[i % len(handles)].send(wf, {"copy": i}, message_id="m") for i in range(12))
+        )
+    assert len(set(keys)) == 1, f"12 sends with one message id got {len(set(keys))} keys"
+    loaded = await d.checkpointer.load(wf)
+    assert len(loaded) == 2, f"12 sends with one message id left {len(loaded) - 1} entries"
+    assert list(loaded) == sorted([key, keys[0]])
+
+
 @requirement("durable.discard-discards-and-cancels")
 async def test_durable_discard_forgets_the_records_fences_the_pass_and_cancels_the_runs(
     store: StoreUnderTest,

@@ -10,6 +10,7 @@ from durable.clock import Clock, ManualClock, SystemClock
 from durable.codec import CheckpointCodec, JsonCodec, UnencodableValue
 from durable.interfaces import (
     INBOX_PREFIX,
+    SENT_PREFIX,
     Checkpointer,
     Contended,
     Delivery,
@@ -21,6 +22,7 @@ from durable.interfaces import (
     Recorded,
     Scheduler,
     StoreError,
+    StoreUnavailable,
     Suspended,
     Swallowed,
 )
@@ -28,6 +30,7 @@ from durable.plugins import StorePlugin, open, stores
 
 __all__ = [
     "INBOX_PREFIX",
+    "SENT_PREFIX",
     "CheckpointCodec",
     "Checkpointer",
     "Clock",
@@ -44,6 +47,7 @@ __all__ = [
     "Scheduler",
     "StoreError",
     "StorePlugin",
+    "StoreUnavailable",
     "Suspended",
     "Swallowed",
     "SystemClock",

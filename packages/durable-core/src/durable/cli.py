@@ -36,8 +36,8 @@ from typing import Any, NoReturn, TextIO
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import durable
-from durable.interfaces import Durable, Enumerable, Inspectable, Observable, StoreError
-from durable.plugins import BrokenStore, UnknownStore, broken_stores
+from durable.interfaces import Durable, Enumerable, Inspectable, Observable, StoreUnavailable
+from durable.plugins import UnknownStore, broken_stores
 
 __all__ = ["STORE_VARIABLE", "main"]
 
@@ -251,10 +251,6 @@ async def _stores(args: argparse.Namespace, out: TextIO) -> int:
     return OK
 
 
-_NOT_AN_OUTAGE = (UnknownStore, BrokenStore, ValueError, TypeError)
-"""Errors from opening a store that no amount of waiting mends: the URL or the install."""
-
-
 async def _open_when_reachable(
     url: str,
     stack: contextlib.AsyncExitStack,
@@ -265,10 +261,11 @@ async def _open_when_reachable(
 
     A worker is usually started by a supervisor alongside the store's server, and either
     may come up first; exiting at once would leave the restart to the supervisor, which
-    may not be configured to. Any store error counts as "not reachable yet" except the
-    URL's or the install's own mistakes, which waiting cannot mend; a store that refuses
-    for a reason that lasts (a wrong password, a file that is not a database) is retried
-    too, each try logged with its error, which ``--connect-timeout`` bounds.
+    may not be configured to. What counts as "not reachable yet" is what a store says is an
+    outage (:class:`~durable.interfaces.StoreUnavailable`), and the operating system's own
+    connection errors (``OSError``), for a store that lets a driver's through. Anything
+    else (a malformed URL, a store that is not installed, an SQLite file that is not a
+    database) is a mistake waiting cannot mend, and fails at once.
     """
     loop = asyncio.get_running_loop()
     deadline = None if give_up is None else loop.time() + give_up.total_seconds()
@@ -276,9 +273,7 @@ async def _open_when_reachable(
     while True:
         try:
             return await stack.enter_async_context(_open(url))
-        except _NOT_AN_OUTAGE:
-            raise
-        except (StoreError, OSError) as error:
+        except (StoreUnavailable, OSError) as error:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 assert give_up is not None
@@ -408,7 +403,7 @@ async def _arrive(args: argparse.Namespace, out: TextIO) -> int:
 async def _send(args: argparse.Namespace, out: TextIO) -> int:
     value = _json_argument(args.value, "VALUE")
     async with _open(_store_url(args)) as store:
-        key = await store.send(args.workflow, value)
+        key = await store.send(args.workflow, value, message_id=args.message_id)
     out.write(key + "\n")
     return OK
 
@@ -674,6 +669,13 @@ def _parser() -> argparse.ArgumentParser:
     _url_argument(send)
     for name in ("workflow", "value"):
         send.add_argument(name, metavar=name.upper())
+    send.add_argument(
+        "--id",
+        dest="message_id",
+        metavar="MESSAGE_ID",
+        help="send at most once: a send whose id the workflow already holds appends nothing "
+        "and prints the first one's key (without it, repeating a send appends a second copy)",
+    )
     send.set_defaults(run=_send)
 
     show = commands.add_parser("show", help="a workflow's timeline, claim and schedule")

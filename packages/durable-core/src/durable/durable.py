@@ -6,7 +6,7 @@ from typing import Generic
 
 from typing_extensions import TypeVar
 
-from durable.boundary import check_key, check_workflow
+from durable.boundary import check_key, check_message_id, check_workflow
 from durable.interfaces import Checkpointer, Scheduler
 
 __all__ = ["SplitDurable"]
@@ -49,9 +49,17 @@ class SplitDurable(Generic[E]):
         await self._scheduler.make_ready(workflow)
         return stored
 
-    async def send(self, workflow: str, value: object) -> str:
+    async def send(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         check_workflow(workflow)
-        key = await self._checkpointer.append(workflow, value)
+        check_message_id(workflow, message_id)
+        # With an id, a send repeated after a crash between the two writes finds its entry
+        # and queues the wakeup the first one never did: the id makes the repair safe.
+        # Without one, append is called as it always was, so a checkpointer written before
+        # message ids still serves every send that does not use them.
+        if message_id is None:
+            key = await self._checkpointer.append(workflow, value)
+        else:
+            key = await self._checkpointer.append(workflow, value, message_id=message_id)
         await self._scheduler.make_ready(workflow)
         return key
 

@@ -20,6 +20,7 @@ from typing_extensions import TypeVar
 
 __all__ = [
     "INBOX_PREFIX",
+    "SENT_PREFIX",
     "Checkpointer",
     "Claimed",
     "Contended",
@@ -36,6 +37,7 @@ __all__ = [
     "Recorded",
     "Scheduler",
     "StoreError",
+    "StoreUnavailable",
     "Suspended",
     "Swallowed",
     "inbox_key",
@@ -54,6 +56,17 @@ INBOX_PREFIX = "durable.inbox:"
 
 ``Run.receive`` tells inbox entries from a workflow's own records by this prefix, so the
 stores share it rather than each choosing a shape of their own.
+"""
+
+SENT_PREFIX = "durable.sent:"
+"""The reserved key prefix under which a store remembers the message ids it has appended.
+
+``append(workflow, value, message_id="m-1")`` on the SQLite, Postgres and Redis stores
+leaves, beside its entry and in the same commit, a marker under ``SENT_PREFIX + "m-1"``
+holding the entry's inbox key. The marker is the store's own bookkeeping, not a record:
+``load`` and ``history`` leave it out, and no caller may write a key with this prefix
+(``record``, ``supply`` and ``arrive`` refuse one). See :meth:`Checkpointer.append` for why
+it lives among the records rather than in a structure of its own.
 """
 
 _INBOX_DIGITS = 20  # enough for any non-negative 64-bit counter
@@ -132,6 +145,33 @@ class Delivery:
 
 class StoreError(Exception):
     """A store could not do what was asked, for a reason a person must act on."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached, or the connection dropped during an operation.
+
+    Whether a write that was in flight landed is unknown, unless the message says otherwise
+    (a store whose writes are one commit each can say "whole or not at all"; none can say
+    which). Nothing about the workflow is wrong: the same call may succeed once the server
+    answers again, so this is an outage to wait out, never a failure of the work.
+
+    What a store owes here is what every requirement in this module already implies: an
+    operation that could not reach the store raises, and is never answered with a value.
+    ``load`` returning ``{}``, ``claim`` returning ``None`` or ``next_ready`` returning
+    ``None`` because the connection was gone would each be taken for the truth (a pass
+    would repeat every step; a held workflow would look free of work).
+
+    Raising *this* type (or a subclass: ``PostgresUnavailable``, ``ConnectionLost``,
+    ``RedisUnavailable``) for an outage is a recommendation rather than a requirement, and
+    the conformance suite does not test it, because it cannot cut a store's connection
+    portably (SQLite and the in-memory store have none to cut). What it buys is how the
+    worker reports and waits: ``durable.worker.work`` logs an outage as one line per retry
+    with capped exponential backoff, with a single traceback for the first failure of a
+    series and a line when the store answers again, and leaves the deliveries it could not
+    answer for outstanding. A store that raises something else still works: the worker
+    treats the error as it treats any other, a failed pass, a failed take or a failed tick,
+    with a traceback each time.
+    """
 
 
 class Interruption(BaseException):
@@ -251,13 +291,46 @@ class Checkpointer(Protocol[Effect]):
         refused because a pass is running. Returns the value the key now holds."""
         ...
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         """Add ``value`` to the workflow's inbox under a key the store picks, and return it.
 
         Concurrent appends get distinct keys and none is lost; the keys (each starting with
         ``INBOX_PREFIX``) sort into append order within the workflow; the entry is an
         ordinary record that ``load`` returns at its append position. The key's order and
         ``load``'s order are one order. Nothing is ever consumed.
+
+        Without ``message_id`` every call appends, so a call repeated because its answer
+        was lost (a dropped connection, a timeout) leaves a second copy. ``message_id`` is
+        what makes an append safe to repeat:
+
+        * an append whose ``message_id`` the workflow already holds writes nothing and
+          returns the key the first append with that id got, whatever ``value`` it carries
+          (the id names the message; a different value under the same id is the same
+          message resent, not a new one);
+        * concurrent appends with one id, from any number of tasks and connections, write
+          exactly one entry, and every one of them returns its key;
+        * ids are per workflow: one id under two workflows is two messages;
+        * ``discard`` forgets the ids with the records, so after it the same id appends
+          again.
+
+        How a store remembers ids is its own affair; the stores here keep a marker under
+        ``SENT_PREFIX + message_id`` holding the entry's key, written in the same commit
+        (script, transaction) as the entry, and let the marker's first-writer-wins decide
+        the race: the append that lands the marker is the one whose entry exists. Looking
+        the id up and then appending, in two steps, is the mistake to avoid: two repeats
+        both find it absent. The marker lives among the workflow's records, rather than in
+        a table or key of its own, so that it is forgotten exactly when they are
+        (``discard``, a TTL) and no schema changes for it. It is not a record, so ``load``
+        and ``history`` leave it out, and nothing reading them (``Run.receive``,
+        ``run_durably``, ``durable show``, an application) ever sees one. That is also why
+        its value is the inbox key as plain text rather than a codec encoding: the key is
+        only known inside the store's one step, where no codec runs (a Lua script cannot
+        call a Python codec), and a record's value would have to be one. (The in-memory
+        reference keeps the same mapping in a dict beside the records.)
+
+        ``message_id`` must be a non-empty ``str`` without control characters; anything
+        else is refused before anything is written, with an error naming the workflow and
+        the id (``durable.boundary.check_message_id``).
         """
         ...
 
@@ -265,7 +338,8 @@ class Checkpointer(Protocol[Effect]):
         """Forget every record and raise the fence, keeping the claim's ordering.
 
         A pass in flight is refused at its next write, and the id is claimable at once,
-        with a token higher than any issued before.
+        with a token higher than any issued before. The message ids ``append`` remembers
+        are forgotten with the records.
         """
         ...
 
@@ -354,8 +428,18 @@ class Durable(Protocol[Effect]):
         """
         ...
 
-    async def send(self, workflow: str, value: object) -> str:
-        """Append ``value`` to the workflow's inbox and make it ready. Returns the key."""
+    async def send(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        """Append ``value`` to the workflow's inbox and make it ready. Returns the key.
+
+        ``message_id`` means what it means to :meth:`Checkpointer.append`: a send whose id
+        the workflow already holds appends nothing and returns the existing entry's key,
+        so a send repeated after a lost answer is harmless; concurrent sends with one id
+        append exactly one entry and all return its key; ids are per workflow, and
+        ``discard`` forgets them. A repeated send still makes the workflow ready (the
+        wakeup is harmless, and it repairs a split store whose first send recorded and then
+        died before queueing). Without an id every send appends: a send repeated after a
+        lost answer leaves a second copy in the inbox.
+        """
         ...
 
     async def discard(self, workflow: str) -> None:

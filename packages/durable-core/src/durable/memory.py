@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.boundary import check_duration, check_key, check_workflow
+from durable.boundary import check_duration, check_key, check_message_id, check_workflow
 from durable.clock import Clock, SystemClock
 from durable.codec import CheckpointCodec, JsonCodec, encode_value
 from durable.interfaces import Claimed, Delivery, Entry, Fenced, Pass, Recorded, inbox_key
@@ -76,6 +76,7 @@ class MemoryCheckpointer:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.data: dict[str, object] = {}
         self._records: dict[str, dict[str, _Stored]] = {}
+        self._sent: dict[str, dict[str, str]] = {}
         self._claims: dict[str, _Claim] = {}
 
     def __repr__(self) -> str:
@@ -200,17 +201,28 @@ class MemoryCheckpointer:
     def _supply_now(self, workflow: str, key: str, encoded: object) -> object:
         return self._write(workflow, key, encoded).value
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
         await asyncio.sleep(0)
-        return self._append_now(workflow, encoded)
+        return self._append_now(workflow, encoded, message_id)
 
-    def _append_now(self, workflow: str, encoded: object) -> str:
+    def _append_now(self, workflow: str, encoded: object, message_id: str | None = None) -> str:
+        # Looking the id up and appending happen without yielding, as one script or one
+        # transaction does on a server: that is what makes the first append with an id
+        # the only one. The ids sit beside the records rather than among them, since this
+        # store has no schema to spare and load need not filter them out; discard drops
+        # both together.
+        sent = self._sent.get(workflow, {})
+        if message_id is not None and message_id in sent:
+            return sent[message_id]
         # The count of the workflow's own records is its next position, so the key and
         # the load position are one number and cannot disagree.
         key = inbox_key(len(self._records.get(workflow, {})))
         self._write(workflow, key, encoded)
+        if message_id is not None:
+            self._sent.setdefault(workflow, {})[message_id] = key
         return key
 
     async def discard(self, workflow: str) -> None:
@@ -220,6 +232,7 @@ class MemoryCheckpointer:
 
     def _discard_now(self, workflow: str) -> None:
         self._records.pop(workflow, None)
+        self._sent.pop(workflow, None)
         claim = self._claims.get(workflow)
         self._claims[workflow] = _Claim(claim.token + 1 if claim is not None else 1)
 
@@ -387,12 +400,13 @@ class MemoryDurable:
         self._scheduler._make_ready_now(workflow)
         return stored
 
-    async def send(self, workflow: str, value: object) -> str:
+    async def send(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         cp = self._checkpointer
         encoded = encode_value(cp.codec, value, workflow=workflow, key="<inbox>")
         await asyncio.sleep(0)
-        key = cp._append_now(workflow, encoded)
+        key = cp._append_now(workflow, encoded, message_id)
         self._scheduler._make_ready_now(workflow)
         return key
 

@@ -33,6 +33,7 @@ from durable.interfaces import (
     Fenced,
     Pass,
     Recorded,
+    StoreUnavailable,
     Suspended,
     Swallowed,
 )
@@ -451,5 +452,9 @@ async def resume(
     finally:
         try:
             await checkpointer.release(holder)
+        except StoreUnavailable as error:
+            # Nothing to act on: the claim lapses by itself once its liveness runs out, and
+            # whoever drives this pass hears about the outage from its own calls.
+            log.debug("could not release %s: the store is unreachable: %s", holder, error)
         except Exception:  # the pass's own outcome matters more than a failed release
             log.warning("could not release %s", holder, exc_info=True)

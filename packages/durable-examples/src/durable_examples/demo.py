@@ -136,10 +136,17 @@ def _open_log(path: Path) -> IO[bytes]:
 
 
 async def _start_worker(number: int, command: list[str], log: Path) -> Worker:
+    # A session of its own, so that Ctrl-C in the terminal reaches the demo alone: the
+    # demo stops its workers itself (SIGTERM, as a supervisor would), and a worker that is
+    # still importing when the key is pressed is not interrupted mid-import.
     sink = _open_log(log)
     try:
         process = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stdout=sink, stderr=sink
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=sink,
+            stderr=sink,
+            start_new_session=True,
         )
     finally:
         sink.close()
@@ -166,9 +173,17 @@ async def _arrive(url: str, workflow: str, report: Report) -> bool:
     report.line(f"             durable arrive '{url}' {workflow} approval true")
     command = [sys.executable, "-m", "durable.cli", "arrive", url, workflow, "approval", "true"]
     process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *command,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,  # as the workers: Ctrl-C is the demo's to handle
     )
-    stdout, stderr = await process.communicate()
+    try:
+        stdout, stderr = await process.communicate()
+    except asyncio.CancelledError:
+        process.terminate()
+        await process.wait()
+        raise
     if process.returncode != 0:
         report.line(f"             failed ({process.returncode}): {stderr.decode().strip()}")
         return False
@@ -353,6 +368,9 @@ async def run_demo(
                 ended = False
                 waited = patience.total_seconds()
                 report.event(f"gave up after {waited:g}s waiting for {', '.join(pending)}")
+            except asyncio.CancelledError:
+                report.event("interrupted: stopping the workers (a pass in flight may finish)")
+                raise
             finally:
                 await _stop(workers, report)
             report.check(ended, "every order reached its outcome")
@@ -462,6 +480,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except durable.StoreError as error:
         print(f"demo: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # asyncio.run has cancelled run_demo, whose cleanup stopped the workers; what was
+        # done is in the store, so the next run resumes rather than starts over.
+        print(
+            f"demo: interrupted; the workers were stopped, and running it again resumes "
+            f"from the store ({url})",
+            file=sys.stderr,
+        )
+        return 130
 
 
 if __name__ == "__main__":

@@ -161,16 +161,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s [%(process)d] %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    asyncio.run(
-        run_worker(
-            url,
-            args.gateway,
-            gate=args.gate,
-            liveness=args.liveness,
-            settlement=args.settlement,
-            with_parent=args.with_parent,
+    try:
+        asyncio.run(
+            run_worker(
+                url,
+                args.gateway,
+                gate=args.gate,
+                liveness=args.liveness,
+                settlement=args.settlement,
+                with_parent=args.with_parent,
+            )
         )
-    )
+    except KeyboardInterrupt:
+        # Only before run_worker has installed its own handlers (which stop it gently):
+        # nothing was taken yet, so there is nothing to say but that it stopped.
+        log.info("interrupted while starting; stopped")
+        return 130
     return 0
 
 

@@ -10,12 +10,12 @@ own ``UPDATE`` and its checkpoint commit together, and that step is exactly-once
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, timedelta
 from typing import Any
 
 import psycopg
-from durable.boundary import check_duration, check_key, check_workflow
+from durable.boundary import check_duration, check_key, check_message_id, check_workflow
 from durable.codec import CheckpointCodec, JsonCodec, encode_value
 from durable.interfaces import Claimed, Entry, Fenced, Pass, Recorded, StoreError
 from psycopg import AsyncConnection, AsyncCursor
@@ -268,20 +268,57 @@ class PostgresCheckpointer:
         assert row is not None
         return self._decode(workflow, key, row[0])
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         encoded = self._encode(workflow, _INBOX, value)
+        params = {"workflow": workflow, "value": encoded, "message_id": message_id}
+        subject = Subject(workflow, _INBOX, value, encoded)
+        if message_id is not None:
+            return await self._append_once(workflow, params, [], subject)
         # Not repeatable: a retry of an append that did land would add a second entry.
         row = await self._db.one(
             f"append to {workflow!r}",
             self._sql.append,
-            {"workflow": workflow, "value": encoded},
+            params,
             repeatable=False,
-            subject=Subject(workflow, _INBOX, value, encoded),
+            subject=subject,
         )
         assert row is not None
         key: str = row[0]
         return key
+
+    async def _append_once(
+        self,
+        workflow: str,
+        params: Params,
+        after: Sequence[tuple[bytes, Params]],
+        subject: Subject,
+    ) -> str:
+        """An append with a message id, and the statements of ``after`` (a ``make_ready``),
+        as one transaction: ``append_once`` then ``sent`` for the key, whoever wrote it.
+
+        Repeatable, unlike an append without an id: a retry after a lost connection finds
+        the marker its first attempt committed and answers with that entry's key. ``sent``
+        finds no marker only when a discard removed it between the two statements; the
+        transaction is then run again, and appends afresh to the discarded workflow, as an
+        append arriving just after that discard would have.
+        """
+        steps: list[tuple[bytes, Params]] = [
+            (self._sql.append_once, params),
+            (self._sql.sent, params),
+            *after,
+        ]
+        while True:
+            rows = await self._db.transaction(
+                f"append to {workflow!r} with message id {params['message_id']!r}",
+                steps,
+                repeatable=True,
+                subject=subject,
+            )
+            if rows[1] is not None:
+                key: str = rows[1][0]
+                return key
 
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from durable.boundary import check_key, check_workflow
+from durable.boundary import check_key, check_message_id, check_workflow
 from durable.codec import CheckpointCodec
 from psycopg_pool import AsyncConnectionPool
 
@@ -88,11 +88,21 @@ class PostgresDurable:
         assert stored is not None
         return cp._decode(workflow, key, stored[0])
 
-    async def send(self, workflow: str, value: object) -> str:
+    async def send(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         cp = self._checkpointer
         encoded = cp._encode(workflow, _INBOX, value)
-        params = {"workflow": workflow, "value": encoded}
+        params = {"workflow": workflow, "value": encoded, "message_id": message_id}
+        if message_id is not None:
+            # One transaction, and repeatable: see PostgresCheckpointer._append_once. A send
+            # whose id was already sent still makes the workflow ready, harmlessly.
+            return await cp._append_once(
+                workflow,
+                params,
+                [(self._scheduler._sql.make_ready, params)],
+                Subject(workflow, _INBOX, value, encoded),
+            )
         # Not repeatable, like append: a retry of a send that landed would add a second entry.
         appended, _ = await cp._db.transaction(
             f"send to {workflow!r}",

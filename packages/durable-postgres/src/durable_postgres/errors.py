@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from durable.boundary import shown
 from durable.codec import UnencodableValue
-from durable.interfaces import StoreError
+from durable.interfaces import StoreError, StoreUnavailable
 
 __all__ = [
     "ConnectionLost",
@@ -27,19 +27,27 @@ class InvalidSchemaName(ValueError):
     """A schema name that is not a plain lowercase SQL identifier."""
 
 
-class PostgresUnavailable(StoreError):
+class PostgresUnavailable(StoreUnavailable):
     """The server could not be reached or refused the connection (host, port, role, database,
-    password). Raised when a store is opened, before anything is created or written."""
+    password). Raised when a store is opened, before anything is created or written, and by an
+    operation that found no connection in the pool within its timeout (the server is down, or
+    every connection is busy).
+
+    A :class:`~durable.interfaces.StoreUnavailable`, so a worker waits it out with backoff
+    rather than failing passes over it."""
 
 
-class ConnectionLost(StoreError):
+class ConnectionLost(StoreUnavailable):
     """A connection dropped while an operation was on it.
 
     Postgres commits a transaction whole or not at all, so the write either landed or did
     not, never half. The pool has been checked by the time this is raised, so the next call
     gets a working connection once the server answers again. Operations that are safe to
-    repeat (every one but ``append``, ``send`` and ``transact``) have already been retried
-    once before this is raised.
+    repeat (every one but ``transact``, and ``append`` and ``send`` without a message id)
+    have already been retried once before this is raised.
+
+    A :class:`~durable.interfaces.StoreUnavailable`: a worker logs it as an outage, never as
+    the failure of the pass it interrupted.
     """
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
-from durable.interfaces import INBOX_PREFIX
+from durable.interfaces import INBOX_PREFIX, SENT_PREFIX
 from psycopg import sql
 
 from durable_postgres.errors import InvalidSchemaName
@@ -71,6 +71,7 @@ def _placeholders(schema: str) -> dict[str, sql.Composable]:
         "checkpoint_seq": sql.Literal(f"{quoted}.workflow_checkpoint_seq"),
         "queue_receipt": sql.Literal(f"{quoted}.workflow_queue_receipt"),
         "inbox_prefix": sql.Literal(INBOX_PREFIX),
+        "sent_prefix": sql.Literal(SENT_PREFIX),
         "schema_name": sql.Literal(schema),
         "version_table": sql.Literal(f"{quoted}.workflow_schema_version"),
     }
@@ -114,6 +115,8 @@ class Statements:
     record: bytes
     supply: bytes
     append: bytes
+    append_once: bytes
+    sent: bytes
     raise_fence: bytes
     forget: bytes
     transact_check: bytes

@@ -5,19 +5,22 @@
 -- Times are the server's: clock_timestamp() is the moment the statement reads it, which is the
 -- clock every lease is measured by and every record is stamped with, whichever machine wrote.
 --
--- The schema arrives as a quoted identifier and the inbox prefix as a literal, both filled in
--- by psycopg.sql; values arrive as named parameters. Keep curly braces out of these comments.
+-- The schema arrives as a quoted identifier and the inbox and sent prefixes as literals, all
+-- filled in by psycopg.sql; values arrive as named parameters. Keep curly braces out of these
+-- comments.
 
 -- name: load
+-- Every record but the message-id markers append_once leaves (keys starting with the sent
+-- prefix): those are the store's bookkeeping, not records.
 SELECT key, value
 FROM {schema}.workflow_checkpoint
-WHERE workflow = %(workflow)s
+WHERE workflow = %(workflow)s AND left(key, char_length({sent_prefix})) <> {sent_prefix}
 ORDER BY seq;
 
 -- name: history
 SELECT key, value, at
 FROM {schema}.workflow_checkpoint
-WHERE workflow = %(workflow)s
+WHERE workflow = %(workflow)s AND left(key, char_length({sent_prefix})) <> {sent_prefix}
 ORDER BY seq;
 
 -- name: workflows
@@ -117,6 +120,37 @@ SELECT %(workflow)s, {inbox_prefix} || lpad(drawn.seq::text, 20, '0'), %(value)s
 FROM drawn
 RETURNING key;
 
+-- name: append_once
+-- An append with a message id, in one statement: the marker (sent prefix || message id, holding
+-- the entry's inbox key as plain text) is inserted first, and the entry only for a marker that
+-- landed, so the marker's first-writer-wins decides the race. A second append with the id meets
+-- the marker's (workflow, key) row; one still in flight in another transaction makes it wait for
+-- that commit, after which DO NOTHING returns no row, the entry's SELECT finds nothing to insert,
+-- and the statement writes nothing at all. As in append, one nextval is both the entry's seq and
+-- the number in its key; the marker takes a number of its own, which only leaves a gap.
+WITH drawn AS (
+    SELECT nextval({checkpoint_seq}::regclass) AS seq
+), marked AS (
+    INSERT INTO {schema}.workflow_checkpoint (workflow, key, value)
+    SELECT %(workflow)s, {sent_prefix} || %(message_id)s::text,
+           {inbox_prefix} || lpad(drawn.seq::text, 20, '0')
+    FROM drawn
+    ON CONFLICT (workflow, key) DO NOTHING
+    RETURNING value
+)
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value, seq)
+SELECT %(workflow)s, marked.value, %(value)s, drawn.seq
+FROM marked, drawn
+RETURNING key;
+
+-- name: sent
+-- The inbox key an append with this message id got: sent after append_once in the same
+-- transaction, whose new snapshot sees the marker whether this transaction wrote it or the one
+-- append_once waited for did. No row only if a discard removed the marker in between.
+SELECT value
+FROM {schema}.workflow_checkpoint
+WHERE workflow = %(workflow)s AND key = {sent_prefix} || %(message_id)s::text;
+
 -- name: raise_fence
 -- The first statement of a discard: it takes the claim row's lock before the records are
 -- deleted, so a record in flight either landed before it (and the delete, reading afterwards,
@@ -131,6 +165,7 @@ ON CONFLICT (workflow) DO UPDATE SET
 -- name: forget
 -- The second statement of a discard, in the same transaction; under READ COMMITTED it reads
 -- afresh, after raise_fence took the claim row, so nothing a fenced pass wrote survives it.
+-- The message-id markers go with the records.
 DELETE FROM {schema}.workflow_checkpoint WHERE workflow = %(workflow)s;
 
 -- name: transact_check

@@ -17,12 +17,22 @@ record is stamped with it at its winning write.
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
-from durable.boundary import check_duration, check_key, check_workflow
+from durable.boundary import check_duration, check_key, check_message_id, check_workflow
 from durable.codec import CheckpointCodec, JsonCodec, UnencodableValue, encode_value
-from durable.interfaces import INBOX_PREFIX, Claimed, Entry, Fenced, Pass, Recorded, inbox_key
+from durable.interfaces import (
+    INBOX_PREFIX,
+    SENT_PREFIX,
+    Claimed,
+    Entry,
+    Fenced,
+    Pass,
+    Recorded,
+    inbox_key,
+)
 from redis.exceptions import ResponseError
 
 from durable_redis.effect import LuaEffect
@@ -140,8 +150,11 @@ class RedisCheckpointer:
             raise self._translated(error, f"reading workflow {workflow!r}", (records,)) from error
         rows = []
         for field, packed in raw.items():
+            key = as_text(field)
+            if key.startswith(SENT_PREFIX):
+                continue  # a message id append remembers: bookkeeping, not a record
             position, at, encoding = as_text(packed).split(":", 2)
-            rows.append((int(position), as_text(field), at, encoding))
+            rows.append((int(position), key, at, encoding))
         rows.sort()
         return rows
 
@@ -321,15 +334,30 @@ class RedisCheckpointer:
             return self.codec.decode(encoded)
         return self.codec.decode(as_text(reply[1]))
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        """One script, always with a message id: the caller's, or one of this call's own.
+
+        redis-py sends a command again when its connection drops before the answer (the
+        client :func:`~durable_redis.plugin.connect` builds does, three times), and a
+        script that ran before the drop would then run twice. Giving every call an id
+        makes that resend find the first run's marker and answer its key, so one call
+        appends once; a second call without an id has an id of its own and appends again,
+        as ``append`` without an id must. The cost is a marker beside every entry.
+        """
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         encoded = self._encode(workflow, "<inbox>", value)
         records, claim = self._keys(workflow)
+        if message_id is None:
+            marker, doing = f"{SENT_PREFIX}call:{uuid.uuid4().hex}", f"append to {workflow!r}"
+        else:
+            marker = SENT_PREFIX + message_id
+            doing = f"append to {workflow!r} with message id {message_id!r}"
         key = await self._call(
             "append",
             (records, claim),
-            (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl),
-            f"append to {workflow!r}",
+            (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl, marker),
+            doing,
         )
         return as_text(key)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from durable.interfaces import StoreError
+from durable.interfaces import StoreError, StoreUnavailable
 
 __all__ = [
     "CrossSlotError",
@@ -69,5 +69,13 @@ class LuaEffectFailed(StoreError):
         )
 
 
-class RedisUnavailable(StoreError):
-    """The server could not be reached, or refused the credentials."""
+class RedisUnavailable(StoreUnavailable):
+    """The server could not be reached, refused the credentials, or could not serve the call
+    for now (a connection dropped, the server still loading its data, a cluster that is down
+    or moving a slot, a primary demoted to a replica by a failover).
+
+    Every driver error of that kind is turned into this one in ``scripts.translate``, the
+    single place where the store's calls meet redis-py, so a caller (the worker above all)
+    can tell an outage from a refusal without importing redis-py. A
+    :class:`~durable.interfaces.StoreUnavailable`: a worker waits it out with backoff.
+    """

@@ -24,9 +24,13 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AuthenticationError,
     ClusterCrossSlotError,
+    ClusterDownError,
+    ReadOnlyError,
     RedisClusterException,
     RedisError,
     ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
 )
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
@@ -157,7 +161,13 @@ def describe(client: Client) -> str:
 def translate(
     error: Exception, *, where: str, doing: str, keys: Sequence[str] = ()
 ) -> Exception | None:
-    """The store's error for a driver ``error``, or ``None`` to let it propagate as is."""
+    """The store's error for a driver ``error``, or ``None`` to let it propagate as is.
+
+    Every outage (see :class:`~durable.interfaces.StoreUnavailable`) becomes a
+    :class:`RedisUnavailable` here: a refused or dropped connection, a timeout, a server
+    still loading its data, and the cluster client's ways of saying the same (the cluster
+    is down, a slot has no node, a slot is moving, a primary was demoted by a failover).
+    """
     if isinstance(error, AuthenticationError):
         return RedisUnavailable(
             f"{where} refused the credentials while trying {doing} ({error}); check the "
@@ -165,11 +175,22 @@ def translate(
         )
     if isinstance(error, RedisConnectionError | RedisTimeoutError | OSError):
         return RedisUnavailable(
-            f"could not reach {where} for {doing}: {error}. Every write here is one "
-            "script, so it either landed whole or not at all; retrying is safe"
+            f"could not reach {where} for {doing}: {_sentence(error)}. Every write here is one "
+            "script, so it either landed whole or not at all; retrying is safe, except "
+            "for an append (send) without a message id, which appends again"
         )
     if isinstance(error, RedisClusterException) and "cannot be connected" in str(error):
-        return RedisUnavailable(f"could not reach {where} for {doing}: {error}")
+        return RedisUnavailable(f"could not reach {where} for {doing}: {_sentence(error)}")
+    if isinstance(error, ClusterDownError | SlotNotCoveredError | TryAgainError):
+        return RedisUnavailable(
+            f"{where} could not serve {doing} for now ({type(error).__name__}: "
+            f"{_sentence(error)}); nothing was written"
+        )
+    if isinstance(error, ReadOnlyError):
+        return RedisUnavailable(
+            f"{where} is a read-only replica now (a failover demoted it?) and refused "
+            f"{doing}: {_sentence(error)}; nothing was written"
+        )
     if isinstance(error, ClusterCrossSlotError):
         return CrossSlotError(keys, f"CROSSSLOT {error}", doing)
     if isinstance(error, RedisClusterException) and "same key slot" in str(error):
@@ -179,3 +200,8 @@ def translate(
         if "non local key" in text or "do not hash to the same slot" in text:
             return CrossSlotError(keys, text, doing)
     return None
+
+
+def _sentence(error: BaseException) -> str:
+    """The driver's message without its closing full stop, for the middle of a sentence."""
+    return str(error).strip().rstrip(".") or type(error).__name__

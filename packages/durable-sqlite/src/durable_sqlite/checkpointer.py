@@ -15,10 +15,19 @@ from datetime import timedelta
 from typing import Any
 
 import aiosqlite
-from durable.boundary import check_duration, check_key, check_workflow
+from durable.boundary import check_duration, check_key, check_message_id, check_workflow
 from durable.clock import Clock
 from durable.codec import CheckpointCodec, JsonCodec, encode_value
-from durable.interfaces import INBOX_PREFIX, Claimed, Entry, Fenced, Pass, Recorded, StoreError
+from durable.interfaces import (
+    INBOX_PREFIX,
+    SENT_PREFIX,
+    Claimed,
+    Entry,
+    Fenced,
+    Pass,
+    Recorded,
+    StoreError,
+)
 
 from durable_sqlite.connection import (
     check_driver,
@@ -76,19 +85,15 @@ class SqliteCheckpointer:
 
     async def load(self, workflow: str) -> dict[str, object]:
         check_workflow(workflow)
-        sql = self._sql["load"]
-        rows = await on_thread(
-            self.connection, lambda raw: raw.execute(sql, {"workflow": workflow}).fetchall()
-        )
+        sql, params = self._sql["load"], {"workflow": workflow, "sent": SENT_PREFIX}
+        rows = await on_thread(self.connection, lambda raw: raw.execute(sql, params).fetchall())
         decode = self.codec.decode
         return {key: decode(value) for key, value in rows}
 
     async def history(self, workflow: str) -> list[Entry]:
         check_workflow(workflow)
-        sql = self._sql["history"]
-        rows = await on_thread(
-            self.connection, lambda raw: raw.execute(sql, {"workflow": workflow}).fetchall()
-        )
+        sql, params = self._sql["history"], {"workflow": workflow, "sent": SENT_PREFIX}
+        rows = await on_thread(self.connection, lambda raw: raw.execute(sql, params).fetchall())
         decode = self.codec.decode
         return [Entry(key, decode(value), from_micros(at)) for key, value, at in rows]
 
@@ -248,23 +253,35 @@ class SqliteCheckpointer:
         params = {"workflow": workflow, "key": key, "value": encoded, "now": self._now()}
         return raw.execute(self._sql["supply"], params).fetchone()[0]
 
-    async def append(self, workflow: str, value: object) -> str:
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         encoded = self._encode_entry(workflow, value)
         append = self._append_in
-        return await transaction(self.connection, lambda raw: append(raw, workflow, encoded))
+        return await transaction(
+            self.connection, lambda raw: append(raw, workflow, encoded, message_id)
+        )
 
     def _encode_entry(self, workflow: str, value: object) -> object:
         return encode_value(self.codec, value, workflow=workflow, key="<inbox>")
 
-    def _append_in(self, raw: sqlite3.Connection, workflow: str, encoded: object) -> str:
-        params = {
-            "workflow": workflow,
-            "value": encoded,
-            "prefix": INBOX_PREFIX,
-            "now": self._now(),
-        }
-        return str(raw.execute(self._sql["append"], params).fetchone()[0])
+    def _append_in(
+        self, raw: sqlite3.Connection, workflow: str, encoded: object, message_id: str | None
+    ) -> str:
+        """The append inside an open transaction: with ``message_id``, the marker is read
+        and written in the same transaction as the entry, and SQLite's one writer at a time
+        is what makes the first append with an id the only one."""
+        now = self._now()
+        mark = {"workflow": workflow, "sent": SENT_PREFIX, "message_id": message_id}
+        if message_id is not None:
+            found = raw.execute(self._sql["sent"], mark).fetchone()
+            if found is not None:
+                return str(found[0])
+        params = {"workflow": workflow, "value": encoded, "prefix": INBOX_PREFIX, "now": now}
+        key = str(raw.execute(self._sql["append"], params).fetchone()[0])
+        if message_id is not None:
+            raw.execute(self._sql["append_mark"], {**mark, "key": key, "now": now})
+        return key
 
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import aiosqlite
-from durable.boundary import check_key, check_workflow
+from durable.boundary import check_key, check_message_id, check_workflow
 from durable.clock import Clock
 from durable.codec import CheckpointCodec, encode_value
 
@@ -96,13 +96,14 @@ class SqliteDurable:
         sched._changed.set()
         return cp.codec.decode(stored)
 
-    async def send(self, workflow: str, value: object) -> str:
+    async def send(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
         check_workflow(workflow)
+        check_message_id(workflow, message_id)
         cp, sched = self._checkpointer, self._scheduler
         encoded = cp._encode_entry(workflow, value)
 
         def send(raw: sqlite3.Connection) -> str:
-            key = cp._append_in(raw, workflow, encoded)
+            key = cp._append_in(raw, workflow, encoded, message_id)
             sched._make_ready_in(raw, workflow)
             return key
 

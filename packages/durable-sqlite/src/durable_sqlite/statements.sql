@@ -24,10 +24,16 @@ SELECT CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 100
 -- Checkpointer ------------------------------------------------------------------------
 
 -- name: load
-SELECT key, value FROM durable_checkpoint WHERE workflow = :workflow ORDER BY seq;
+-- Every record but the message-id markers append leaves (keys starting with :sent, which is
+-- durable.interfaces.SENT_PREFIX): those are the store's bookkeeping, not records.
+SELECT key, value FROM durable_checkpoint
+WHERE workflow = :workflow AND substr(key, 1, length(:sent)) <> :sent
+ORDER BY seq;
 
 -- name: history
-SELECT key, value, recorded_at FROM durable_checkpoint WHERE workflow = :workflow ORDER BY seq;
+SELECT key, value, recorded_at FROM durable_checkpoint
+WHERE workflow = :workflow AND substr(key, 1, length(:sent)) <> :sent
+ORDER BY seq;
 
 -- name: workflows
 -- Ids in order, distinct by walking the UNIQUE (workflow, key) index. LIMIT -1 is no limit.
@@ -119,7 +125,20 @@ FROM (SELECT coalesce(max(seq), 0) + 1 AS seq FROM durable_checkpoint) AS next
 WHERE true
 RETURNING key;
 
+-- name: sent
+-- The inbox key an append with this message id got, if one did: the marker append_mark wrote.
+SELECT value FROM durable_checkpoint WHERE workflow = :workflow AND key = :sent || :message_id;
+
+-- name: append_mark
+-- Remembers a message id, in the transaction of the append it names, holding that append's
+-- inbox key as plain text (not a codec encoding: it is never a record). BEGIN IMMEDIATE makes
+-- the transaction the only writer, so reading the marker with "sent" and writing it here
+-- cannot be raced; UNIQUE (workflow, key) would refuse a second marker regardless.
+INSERT INTO durable_checkpoint (workflow, key, value, recorded_at)
+VALUES (:workflow, :sent || :message_id, :key, :now);
+
 -- name: forget
+-- The records and the message-id markers alike.
 DELETE FROM durable_checkpoint WHERE workflow = :workflow;
 
 -- name: raise_fence
