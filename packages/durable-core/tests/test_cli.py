@@ -1,27 +1,116 @@
 """The durable command, run as a user runs it: a subprocess of this interpreter.
 
-Against the memory store only, which keeps nothing between invocations; the stores'
-own packages and the examples run the same commands against SQLite, Postgres and Redis.
+Mostly against the memory store, which keeps nothing between invocations, and an SQLite
+file where a test needs something kept; the stores' own packages and the examples run the
+same commands against SQLite, Postgres and Redis (test_cli_stores.py has every store).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+HERE = Path(__file__).resolve().parent
+PATIENCE = 60.0
+"""Seconds a test waits for a subprocess before it fails rather than hangs (never asserted)."""
 
-def durable(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+
+def environment(**changes: str | None) -> dict[str, str]:
+    """This process's environment without ``DURABLE_STORE``, with ``cli_bodies`` importable,
+    and with ``changes`` applied (``None`` removes a variable)."""
+    env = {k: v for k, v in os.environ.items() if k != "DURABLE_STORE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [env.get("PYTHONPATH")])])
+    for name, value in changes.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def durable(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "durable.cli", *args],
         capture_output=True,
         text=True,
         input=stdin,
-        timeout=60,
+        env=env if env is not None else environment(),
+        timeout=PATIENCE,
         check=False,
     )
+
+
+class Worker:
+    """``durable worker`` in a subprocess, its log read line by line as it is written."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "durable.cli", "worker", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env if env is not None else environment(),
+        )
+        self.log: list[str] = []
+
+    def wait_for(self, text: str) -> str:
+        """The first log line containing ``text``; fails if the worker ends first."""
+        assert self.process.stderr is not None
+        deadline = time.monotonic() + PATIENCE
+        for line in self.log:
+            if text in line:
+                return line
+        while time.monotonic() < deadline:
+            line = self.process.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"the worker never logged {text!r}; its log:\n{''.join(self.log)}")
+
+    def finish(self) -> int:
+        """Wait for the process to end by itself; its exit code, with the rest of its log."""
+        code = self.process.wait(timeout=PATIENCE)
+        assert self.process.stderr is not None
+        self.log.extend(self.process.stderr.readlines())
+        return code
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        self.process.send_signal(sig)
+        return self.finish()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    """Workers a test started; any still running at the end are killed."""
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    pytest.importorskip("durable_sqlite")
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+# --- what the commands say ------------------------------------------------------------------
 
 
 def test_stores_lists_the_memory_store_with_its_capabilities() -> None:
@@ -39,6 +128,63 @@ def test_an_unknown_scheme_names_the_installed_stores_and_the_install_command() 
     assert "memory (memory://)" in done.stderr
     assert "pip install durable-sqlite" in done.stderr
     assert len(done.stderr.strip().splitlines()[-1]) > 0
+
+
+ONLY_THE_CORE = """
+import importlib.metadata, sys
+everything = importlib.metadata.entry_points
+importlib.metadata.entry_points = lambda **params: [
+    ep for ep in everything(**params) if ep.value.startswith("durable.")
+]
+from durable.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""The command as it runs with durable-core alone installed: no store's entry point is seen."""
+
+
+@pytest.mark.parametrize(
+    ("url", "package"),
+    [
+        ("postgresql://db.internal/orders", "durable-postgres"),
+        ("postgres://db.internal/orders", "durable-postgres"),
+        ("redis://127.0.0.1:6379/0", "durable-redis"),
+        ("rediss://cache.internal:6380/0", "durable-redis"),
+        ("redis+cluster://127.0.0.1:7000", "durable-redis"),
+        ("sqlite:///orders.db", "durable-sqlite"),
+    ],
+)
+def test_a_store_that_is_not_installed_is_named_with_the_one_package_that_opens_it(
+    url: str, package: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ONLY_THE_CORE, "show", url, "wf"],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=PATIENCE,
+        check=False,
+    )
+
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    scheme = url.split("://")[0]
+    assert f"no installed store opens {scheme}:// URLs: `pip install {package}`" in line
+    others = {"durable-postgres", "durable-redis", "durable-sqlite"} - {package}
+    assert not any(other in line for other in others), line
+
+
+def test_version_names_durable_core_and_every_installed_store() -> None:
+    import importlib.metadata
+
+    from durable.plugins import stores
+
+    done = durable("--version")
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"durable-core {importlib.metadata.version('durable-core')}"
+    for plugin in stores().values():
+        assert f"  store {plugin.name}: {plugin.distribution} {plugin.version}" in lines
 
 
 def test_malformed_json_is_a_usage_error_that_shows_the_input() -> None:
@@ -81,45 +227,296 @@ def test_discard_without_a_terminal_refuses_unless_yes() -> None:
     assert "discarded wf" in done.stdout
 
 
+# --- one shape: the store URL first, or DURABLE_STORE ----------------------------------------
+
+COMMANDS: dict[str, tuple[tuple[str, ...], int, str]] = {
+    # command: (arguments after the URL, exit code, what stdout or stderr shows)
+    "arrive": (("wf", "approval", "true"), 0, "true"),
+    "send": (("wf", '"hi"'), 0, "durable.inbox:"),
+    "show": (("wf",), 3, "no workflow 'wf' in memory://"),
+    "list": ((), 0, ""),
+    "discard": (("wf", "--yes"), 0, "discarded wf"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("form", ["argument", "environment"])
+def test_every_command_takes_the_store_url_first_or_from_durable_store(
+    command: str, form: str
+) -> None:
+    rest, code, shows = COMMANDS[command]
+    if form == "argument":
+        done = durable(command, "memory://", *rest)
+    else:
+        done = durable(command, *rest, env=environment(DURABLE_STORE="memory://"))
+
+    assert done.returncode == code, done.stderr
+    assert shows in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_command_given_no_url_and_no_durable_store_says_how_to_give_one(command: str) -> None:
+    rest, _, _ = COMMANDS[command]
+    done = durable(command, *rest)
+
+    assert done.returncode == 2
+    assert done.stderr.startswith("durable: no store URL: give it first")
+    assert "DURABLE_STORE" in done.stderr
+
+
+def test_the_url_argument_wins_over_durable_store(sqlite_url: str) -> None:
+    env = environment(DURABLE_STORE="memory://")
+    durable("send", sqlite_url, "wf", '"kept"', env=env)
+
+    shown = durable("show", sqlite_url, "wf", "--json", env=env)
+
+    assert shown.returncode == 0, shown.stderr
+    assert [r["value"] for r in json.loads(shown.stdout)["records"]] == ["kept"]
+
+
+def test_options_may_sit_between_the_url_and_the_other_arguments(sqlite_url: str) -> None:
+    durable("send", sqlite_url, "wf", '"hi"')
+
+    shown = durable("show", sqlite_url, "--json", "wf")
+    refused = durable("worker", sqlite_url, "--limit", "3", "datetime:timedelta")
+
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["workflow"] == "wf"
+    assert "datetime:timedelta is not an async function" in refused.stderr
+
+
+def worker_started(worker: Worker) -> str:
+    return worker.wait_for("worker: cli_bodies:greet on ")
+
+
+@pytest.mark.parametrize("form", ["argument", "environment", "deprecated --store"])
+def test_a_worker_takes_its_store_url_first_from_durable_store_or_from_deprecated_store(
+    form: str, workers: list[Worker]
+) -> None:
+    if form == "argument":
+        worker = Worker("memory://", "cli_bodies:greet")
+    elif form == "environment":
+        worker = Worker("cli_bodies:greet", env=environment(DURABLE_STORE="memory://"))
+    else:
+        worker = Worker("cli_bodies:greet", "--store", "memory://")
+    workers.append(worker)
+
+    started = worker_started(worker)
+    code = worker.stop()
+
+    assert "on memory://, 8 at once, liveness 30s, delivery lease 30s" in started
+    assert code == 0, "".join(worker.log)
+    warned = [line for line in worker.log if "--store is deprecated" in line]
+    if form == "deprecated --store":
+        assert "write the URL first: durable worker memory:// cli_bodies:greet" in warned[0]
+    else:
+        assert warned == []
+
+
+def test_a_worker_given_no_url_says_how_to_give_one() -> None:
+    done = durable("worker", "cli_bodies:greet")
+    assert done.returncode == 2
+    assert "no store URL: give it first (durable worker sqlite:///orders.db" in done.stderr
+
+
+def test_a_worker_given_the_old_order_says_the_url_comes_first() -> None:
+    done = durable("worker", "cli_bodies:greet", "memory://")
+    assert done.returncode == 2
+    assert "the URL comes first, durable worker memory:// cli_bodies:greet" in done.stderr
+
+
+def test_a_worker_given_a_url_twice_is_refused() -> None:
+    done = durable("worker", "memory://", "cli_bodies:greet", "--store", "memory://")
+    assert done.returncode == 2
+    assert "give the store URL once" in done.stderr
+
+
+# --- what a worker may run ------------------------------------------------------------------
+
+
 @pytest.mark.parametrize(
     ("spec", "complaint"),
     [
         ("no_colon", "expected MODULE:BODY"),
         ("no.such.module:body", "cannot import"),
         ("json:no_such_attribute", "has no attribute"),
+        ("datetime:timedelta", "datetime:timedelta is not an async function (a type)"),
+        ("json:dumps", "json:dumps is not an async function (a function)"),
+        ("cli_bodies:synchronous", "cli_bodies:synchronous is not an async function"),
+        ("cli_bodies:NOT_CALLABLE", "cli_bodies:NOT_CALLABLE is not callable (a str)"),
+        ("cli_bodies:two_arguments", "an async function of (run: 'Run[Any]', order: 'str')"),
+        ("cli_bodies:no_arguments", "an async function of (), which cannot be called"),
     ],
 )
-def test_a_bad_body_spec_is_a_usage_error(spec: str, complaint: str) -> None:
-    done = durable("worker", spec, "--store", "memory://")
+def test_a_worker_refuses_what_is_not_an_async_function_of_one_run_before_opening_its_store(
+    spec: str, complaint: str, sqlite_url: str, tmp_path: Path
+) -> None:
+    done = durable("worker", sqlite_url, spec)
+
     assert done.returncode == 2
-    assert complaint in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert complaint in line
+    assert not (tmp_path / "store.db").exists(), "the store was opened"
+
+
+@pytest.mark.parametrize("spec", ["cli_bodies:greet_in_french", "cli_bodies:greeter"])
+def test_a_worker_runs_a_partial_of_an_async_function_and_an_object_with_an_async_call(
+    spec: str, sqlite_url: str, workers: list[Worker]
+) -> None:
+    assert durable("send", sqlite_url, "wf-1", '"ana"').returncode == 0
+    worker = Worker(sqlite_url, spec)
+    workers.append(worker)
+
+    worker.wait_for("workflow 'wf-1': finished")
+    assert worker.stop() == 0, "".join(worker.log)
+
+    shown = json.loads(durable("show", sqlite_url, "wf-1", "--json").stdout)
+    greeting = next(r["value"] for r in shown["records"] if r["key"] == "greeting")
+    assert greeting in ("bonjour, ana", "hello, ana")
+
+
+# --- options ---------------------------------------------------------------------------------
 
 
 def test_non_positive_worker_limits_are_refused_by_argparse() -> None:
-    done = durable("worker", "json:dumps", "--store", "memory://", "--limit", "0")
+    done = durable("worker", "memory://", "cli_bodies:greet", "--limit", "0")
     assert done.returncode == 2
     assert "positive" in done.stderr
 
 
-def test_a_worker_stops_on_sigterm_and_exits_0() -> None:
-    import signal
-    import time
+def test_the_old_lease_option_is_refused_naming_liveness_and_the_delivery_lease(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    done = durable("worker", sqlite_url, "cli_bodies:greet", "--lease", "2")
 
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "durable.cli", "worker", "json:dumps", "--store", "memory://"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        assert worker.stderr is not None
-        line = worker.stderr.readline()
-        while "worker: json:dumps on memory://" not in line and time.monotonic() < deadline:
-            line = worker.stderr.readline()
-        assert "worker: json:dumps on memory://" in line
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=30) == 0
-        assert "worker: stopped" in worker.stderr.read()
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "--liveness" in line
+    assert "delivery_lease=" in line
+    assert not (tmp_path / "store.db").exists()
+
+
+def test_worker_help_shows_every_default() -> None:
+    done = durable("worker", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for option, default in [
+        ("--limit N", "default 8"),
+        ("--liveness S", "default 30"),
+        ("--budget S", "default 900"),
+        ("--grace S", "default 30"),
+        ("--poll S", "default 1"),
+        ("--tick S", "default 1"),
+        ("--retry S", "default 5"),
+        ("--connect-timeout S", "default: keep trying, with backoff"),
+    ]:
+        described = text.split(f" {option} ", 1)[1].split(" --", 1)[0]
+        assert default + ")" in described, (option, described)
+    assert "--lease" not in text
+
+
+def test_list_help_shows_its_default() -> None:
+    done = durable("list", "--help")
+    assert "default 100" in " ".join(done.stdout.split())
+
+
+def test_minus_v_shows_durables_debug_lines_and_not_the_drivers_and_minus_vv_adds_them(
+    sqlite_url: str,
+) -> None:
+    quiet = durable("list", sqlite_url)
+    ours = durable("-v", "list", sqlite_url)
+    everything = durable("-vv", "list", sqlite_url)
+
+    def debug_from(done: subprocess.CompletedProcess[str]) -> set[str]:
+        return set(re.findall(r" DEBUG (\S+): ", done.stderr))
+
+    assert debug_from(quiet) == set()
+    assert "durable.cli" in debug_from(ours)
+    assert all(name.startswith(("durable.", "durable_")) for name in debug_from(ours))
+    assert "aiosqlite" in debug_from(everything)
+
+
+# --- show ------------------------------------------------------------------------------------
+
+
+def test_show_cuts_a_long_value_saying_how_much_and_full_prints_it_whole(sqlite_url: str) -> None:
+    value = "x" * 100_000
+    assert durable("arrive", sqlite_url, "wf", "big", json.dumps(value)).returncode == 0
+
+    cut = durable("show", sqlite_url, "wf")
+    whole = durable("show", sqlite_url, "wf", "--full")
+    machine = durable("show", sqlite_url, "wf", "--json")
+
+    assert cut.returncode == whole.returncode == machine.returncode == 0
+    (line,) = [line for line in cut.stdout.splitlines() if " big " in line]
+    assert len(line) < 400
+    encoded = json.dumps(value)
+    assert f"[{len(encoded) - 200:,} more characters; --full shows them]" in line
+    assert line.split(" big  ", 1)[1].startswith(encoded[:200] + "...")
+    assert any(line.endswith(f" big  {encoded}") for line in whole.stdout.splitlines())
+    assert json.loads(machine.stdout)["records"][0]["value"] == value
+
+
+# --- malformed URLs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///", "sqlite://server/orders.db", "sqlite:///:memory:"]
+)
+def test_a_malformed_sqlite_url_is_a_usage_error_showing_the_right_form(url: str) -> None:
+    pytest.importorskip("durable_sqlite")
+    done = durable("show", url, "wf")
+
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "sqlite:///" in line.split(url, 1)[-1] or "memory://" in line
+
+
+def test_a_worker_whose_store_refuses_for_good_exits_1_at_once_instead_of_retrying(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("durable_sqlite")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not an SQLite database, and waiting will not make it one" * 16)
+
+    done = durable("worker", f"sqlite:///{junk}", "cli_bodies:greet")
+
+    assert done.returncode == 1, done.stderr
+    assert "cannot open" not in done.stderr, "a file that is not a database is not an outage"
+    assert done.stderr.strip().splitlines()[-1].startswith("durable: the store failed: ")
+
+
+# --- stopping ----------------------------------------------------------------------------------
+
+
+def test_a_worker_stops_on_sigterm_and_exits_0(workers: list[Worker]) -> None:
+    worker = Worker("memory://", "cli_bodies:greet")
+    workers.append(worker)
+    worker_started(worker)
+    assert worker.stop() == 0
+    assert any("worker: stopped" in line for line in worker.log)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_while_draining_stops_the_worker_at_once_leaving_the_delivery_out(
+    sig: signal.Signals, sqlite_url: str, workers: list[Worker]
+) -> None:
+    assert durable("send", sqlite_url, "wf-1", '"ana"').returncode == 0
+    worker = Worker(sqlite_url, "cli_bodies:hold", "--grace", "600")
+    workers.append(worker)
+    worker.wait_for("holding wf-1")
+
+    worker.process.send_signal(sig)
+    worker.wait_for("worker: stopping; taking no more work")
+    began = time.monotonic()
+    code = worker.stop(sig)
+    took = time.monotonic() - began
+
+    assert code == 0, "".join(worker.log)
+    assert took < 10, f"a second {sig.name} took {took:.1f}s to stop the worker"
+    log = "".join(worker.log)
+    assert "worker: stopping at once" in log
+    assert "Traceback" not in log
+    shown = json.loads(durable("show", sqlite_url, "wf-1", "--json").stdout)
+    assert shown["scheduled"] is not None, "the cancelled pass's delivery is still out"
+    assert "finished" not in log

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -135,9 +137,10 @@ class Cli:
         shown: dict[str, Any] = json.loads(self.ok("show", store.url, workflow, "--json"))
         return shown
 
-    def worker(self, store: Store, body: str, *options: str) -> Worker:
+    def worker(self, store: Store | str, body: str, *options: str) -> Worker:
+        url = store if isinstance(store, str) else store.url
         return Worker(
-            [sys.executable, "-m", "durable.cli", "worker", body, "--store", store.url, *options],
+            [sys.executable, "-m", "durable.cli", "worker", url, body, *options],
             self.environment,
         )
 
@@ -321,7 +324,8 @@ async def test_show_reports_a_live_claim_with_its_token_and_deadlines(
         pytest.xfail(f"the {store.name} checkpointer has no claimed() (Inspectable)")
     assert shown["claim"]["token"] == holder.token
     assert at(shown["claim"]["live_until"]) <= at(shown["claim"]["budget_until"])
-    assert f"claim: held by pass {holder.token} until " in text
+    assert f"claim: held by pass {holder.token}, liveness until " in text
+    assert ", budget until " in text
 
 
 # --- listing and discarding ------------------------------------------------------------
@@ -428,9 +432,8 @@ def test_show_of_an_unknown_workflow_exits_3_naming_it(cli: Cli, store: Store) -
     [
         ("show", "{url}", "wf-1"),
         ("send", "{url}", "wf-1", '"hi"'),
-        ("worker", "json:dumps", "--store", "{url}"),
     ],
-    ids=["show", "send", "worker"],
+    ids=["show", "send"],
 )
 def test_an_unreachable_server_exits_1_with_one_line_naming_it(
     cli: Cli, url: str, command: tuple[str, ...]
@@ -443,3 +446,144 @@ def test_an_unreachable_server_exits_1_with_one_line_naming_it(
     assert lines[0].startswith("durable: ")
     assert "127.0.0.1" in lines[0]
     assert ":1" in lines[0] or "port 1" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres:sekret@127.0.0.1:1/test",
+        "redis://default:sekret@127.0.0.1:1/0",
+    ],
+    ids=["postgres", "redis"],
+)
+def test_a_worker_retries_an_unreachable_store_with_backoff_until_its_connect_timeout(
+    cli: Cli, url: str
+) -> None:
+    began = time.monotonic()
+    done = cli.run("worker", url, "cli_bodies:greet", "--connect-timeout", "5")
+    took = time.monotonic() - began
+
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    tries = [line for line in lines if "worker: cannot open " in line]
+    assert len(tries) >= 2, done.stderr
+    delays = [float(line.rsplit("trying again in ", 1)[1].rstrip("s")) for line in tries]
+    assert delays[:2] == [0.5, 1.0], "each try waits twice as long as the one before"
+    assert all("127.0.0.1" in line and "sekret" not in line for line in lines), done.stderr
+    assert lines[-1].startswith("durable: gave up opening ")
+    assert "after 5s (--connect-timeout)" in lines[-1]
+    assert "Traceback" not in done.stderr
+    assert 5 <= took < PATIENCE
+
+
+def test_ctrl_c_while_a_worker_waits_for_its_store_stops_it_quietly(
+    cli: Cli, workers: list[Worker]
+) -> None:
+    pytest.importorskip("durable_redis")
+    worker = cli.worker("redis://127.0.0.1:1/0", "cli_bodies:greet")
+    workers.append(worker)
+    worker.wait_for("worker: cannot open ")
+
+    worker.process.send_signal(signal.SIGINT)
+    code = worker.process.wait(timeout=PATIENCE)
+
+    assert code == 0
+    worker.wait_for("worker: stopped before the store could be opened")
+    assert not any("Traceback" in line for line in worker.log)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_a_worker_started_before_its_redis_server_waits_for_it_then_works(
+    cli: Cli, workers: list[Worker], tmp_path: Path
+) -> None:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    pytest.importorskip("durable_redis")
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0?prefix=durable-late"
+    worker = cli.worker(url, "cli_bodies:greet", "--poll", "0.2")
+    workers.append(worker)
+    first = worker.wait_for("worker: cannot open ")
+    time.sleep(2)
+    redis = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        worker.wait_for("worker: cli_bodies:greet on ")
+        cli.ok("send", url, "wf-1", '"ana"')
+        worker.wait_for("workflow 'wf-1': finished")
+        assert worker.stop() == 0, "".join(worker.log)
+    finally:
+        redis.terminate()
+        redis.wait(timeout=PATIENCE)
+
+    assert f"127.0.0.1:{port}" in first
+    assert "trying again in" in first
+    assert not any("Traceback" in line for line in worker.log)
+
+
+def test_a_killed_workers_workflow_is_taken_over_within_the_delivery_lease_and_liveness(
+    cli: Cli, store: Store, workers: list[Worker]
+) -> None:
+    """The bound docs/cli.md states: a dead worker's workflow runs again no later than
+    max(delivery lease, liveness + retry) after it died, plus a poll and a tick."""
+    delivery_lease, liveness, retry, poll, tick = 1.0, 1.0, 0.5, 0.2, 0.2
+    url = f"{store.url}{'&' if '?' in store.url else '?'}delivery_lease={delivery_lease:g}"
+    options = (
+        *("--liveness", f"{liveness:g}", "--retry", f"{retry:g}"),
+        *("--poll", f"{poll:g}", "--tick", f"{tick:g}"),
+    )
+    first = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
+    workers.append(first)
+    cli.ok("send", url, "wf-1", '"go"')
+    first.wait_for("holding wf-1")
+    second = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
+    workers.append(second)
+    second.wait_for("worker: cli_bodies:outlive_first_taker on ")
+
+    first.process.send_signal(signal.SIGKILL)
+    died = time.monotonic()
+    second.wait_for("workflow 'wf-1': finished")
+    waited = time.monotonic() - died
+    assert second.stop() == 0, "".join(second.log)
+
+    bound = max(delivery_lease, liveness + retry) + poll + tick
+    assert waited < bound + 2.0, f"taken over after {waited:.1f}s; the bound is {bound:.1f}s"
+    shown = cli.show(store, "wf-1")
+    assert [r["key"] for r in shown["records"]][-1] == "first-taker"
+
+
+def test_a_short_liveness_alone_does_not_shorten_the_wait_for_a_killed_workers_workflow(
+    cli: Cli, workers: list[Worker], tmp_path: Path
+) -> None:
+    """The confusion the two names exist to prevent: --liveness 1 on a store whose delivery
+    lease is the default 30 s still leaves a dead worker's workflow waiting for that lease."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    options = ("--liveness", "1", "--retry", "0.5", "--poll", "0.2", "--tick", "0.2")
+    first = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
+    workers.append(first)
+    cli.ok("send", url, "wf-1", '"go"')
+    first.wait_for("holding wf-1")
+    second = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
+    workers.append(second)
+    second.wait_for("delivery lease 30s")
+
+    first.process.send_signal(signal.SIGKILL)
+    first.process.wait(timeout=PATIENCE)
+    time.sleep(5)
+    assert second.stop() == 0, "".join(second.log)
+
+    assert not any("workflow 'wf-1': finished" in line for line in second.log)
+    shown = cli.show(Store("sqlite", url), "wf-1")
+    assert shown["claim"] is None, "the dead worker's claim lapsed after its liveness"
+    assert shown["scheduled"] is not None, "but its delivery is still leased"

@@ -81,7 +81,7 @@ def test_the_default_demo_kills_a_worker_mid_pass_and_every_order_still_ends_onc
     where, out = sqlite_demo
 
     assert (where / ".durable-demo" / "payout.db").is_file()
-    assert "on sqlite:///.durable-demo/payout.db?lease=2" in out
+    assert "on sqlite:///.durable-demo/payout.db?delivery_lease=2" in out
     assert "order-1001 paid" in out
     assert "order-1003 compensated" in out
 

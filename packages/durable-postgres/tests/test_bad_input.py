@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import sys
 import unittest
@@ -163,7 +164,8 @@ async def test_the_stores_and_migrate_refuse_a_bad_schema_name(
         ({"max_size": 0}, "max_size must be a whole number of at least 1"),
         ({"min_size": "-1"}, "min_size must be a whole number of at least 0"),
         ({"min_size": 5, "max_size": 2}, "min_size .5. is larger than max_size .2."),
-        ({"lease": -1}, "lease must be a positive number of seconds"),
+        ({"lease": -1}, "delivery_lease must be a positive number of seconds"),
+        ({"delivery_lease": 0}, "delivery_lease must be a positive number of seconds"),
         ({"poll": "soon"}, "poll must be a positive number of seconds"),
         ({"timeout": 0}, "timeout must be a positive number of seconds"),
         ({"prepare": "maybe"}, "prepare must be true or false"),
@@ -172,6 +174,23 @@ async def test_the_stores_and_migrate_refuse_a_bad_schema_name(
 def test_a_bad_option_is_named(options: dict[str, Any], says: str) -> None:
     with pytest.raises(ValueError, match=says):
         PostgresOptions.read("postgresql://h/db", options)
+
+
+def test_the_old_lease_option_is_read_as_the_delivery_lease_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="durable_postgres"):
+        conninfo, options = PostgresOptions.read("postgresql://h/db?lease=7&sslmode=disable", {})
+    assert options.lease == timedelta(seconds=7)
+    assert conninfo == "postgresql://h/db?sslmode=disable"
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "durable_postgres.plugin"]
+    assert "lease= is deprecated: write delivery_lease=" in warning
+    assert "--liveness" in warning
+
+
+def test_the_delivery_lease_under_both_names_is_refused() -> None:
+    with pytest.raises(ValueError, match="both delivery_lease= and lease="):
+        PostgresOptions.read("postgresql://h/db?lease=7&delivery_lease=8", {})
 
 
 def test_an_unknown_option_is_named() -> None:
@@ -193,7 +212,8 @@ def test_libpq_parameters_reach_libpq_exactly_as_written() -> None:
 
 def test_options_in_the_url_are_read_and_removed_from_what_libpq_is_given() -> None:
     conninfo, options = PostgresOptions.read(
-        "postgres://u@h:5/db?sslmode=disable&schema=orders&max_size=20&lease=1.5&prepare=false",
+        "postgres://u@h:5/db?sslmode=disable&schema=orders&max_size=20&delivery_lease=1.5"
+        "&prepare=false",
         {"min_size": 3},
     )
     assert conninfo == "postgres://u@h:5/db?sslmode=disable"

@@ -66,7 +66,7 @@ async def test_durable_open_gives_a_ready_atomic_store_in_the_schema_named(
     conninfo, _ = PostgresOptions.read(server, {})
     schema = f"durable_open_{scheme}"
     url = scheme + conninfo[conninfo.index("://") :]
-    url += ("&" if "?" in url else "?") + f"schema={schema}&max_size=3&lease=7"
+    url += ("&" if "?" in url else "?") + f"schema={schema}&max_size=3&delivery_lease=7"
     try:
         async with durable.open(url) as opened:
             assert isinstance(opened, PostgresDurable)

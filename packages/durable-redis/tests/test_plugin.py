@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import subprocess
 import sys
 from datetime import timedelta
@@ -48,7 +49,9 @@ def test_loading_the_entry_point_imports_no_driver_and_every_export_resolves() -
 
 
 def test_store_options_are_taken_out_of_the_url_and_the_rest_left_to_redis_py() -> None:
-    parsed = parse_url("redis://u:p@host:7000/2?prefix=pay&ttl=60&lease=5&socket_timeout=3")
+    parsed = parse_url(
+        "redis://u:p@host:7000/2?prefix=pay&ttl=60&delivery_lease=5&socket_timeout=3"
+    )
     assert parsed.client_url == "redis://u:p@host:7000/2?socket_timeout=3"
     assert not parsed.cluster
     assert parsed.options == {"prefix": "pay", "ttl": "60", "lease": "5"}
@@ -57,8 +60,25 @@ def test_store_options_are_taken_out_of_the_url_and_the_rest_left_to_redis_py() 
     assert cluster.client_url == "rediss://node:7001"
 
 
+def test_the_old_lease_option_is_read_as_the_delivery_lease_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="durable_redis"):
+        parsed = parse_url("redis://host:7000/2?lease=5")
+    assert parsed.options == {"lease": "5"}
+    assert parsed.client_url == "redis://host:7000/2"
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "durable_redis.plugin"]
+    assert "lease= is deprecated: write delivery_lease=" in warning
+    assert "--liveness" in warning
+
+
+def test_the_delivery_lease_under_both_names_is_refused() -> None:
+    with pytest.raises(ValueError, match="both delivery_lease= and lease="):
+        parse_url("redis://u:secret@host:7000/2?lease=5&delivery_lease=6")
+
+
 async def test_durable_open_reads_the_options_from_the_url(node_url: str) -> None:
-    url = f"{node_url.split('?')[0]}?prefix=durable-test-options&ttl=90&lease=7"
+    url = f"{node_url.split('?')[0]}?prefix=durable-test-options&ttl=90&delivery_lease=7"
     async with durable.open(url) as store:
         assert isinstance(store, RedisDurable)
         assert store.checkpointer.prefix == "durable-test-options"

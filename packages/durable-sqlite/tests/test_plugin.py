@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,14 @@ import pytest
 from durable.clock import ManualClock
 from durable.plugins import StorePlugin
 from durable_sqlite import DatabaseRefused, SqliteDurable, SqliteProbe, Synchronous, plugin
-from durable_sqlite.plugin import Options, durable_store, open_sqlite, parse_url
+from durable_sqlite.plugin import (
+    MalformedURL,
+    Options,
+    durable_store,
+    open_sqlite,
+    parse_url,
+    url_for,
+)
 
 
 def test_the_plugin_declares_its_name_scheme_and_capabilities() -> None:
@@ -66,7 +74,8 @@ def test_a_url_with_a_host_is_refused() -> None:
 def test_options_come_from_the_query_string_or_from_keywords() -> None:
     clock = ManualClock()
     _, options = parse_url(
-        "sqlite:///o.db?synchronous=normal&lease=60&busy_timeout=2.5&poll=0.01", clock=clock
+        "sqlite:///o.db?synchronous=normal&delivery_lease=60&busy_timeout=2.5&poll=0.01",
+        clock=clock,
     )
     assert options == Options(
         synchronous=Synchronous.NORMAL,
@@ -80,8 +89,39 @@ def test_options_come_from_the_query_string_or_from_keywords() -> None:
     assert keywords.synchronous is Synchronous.FULL
 
 
+def test_the_old_lease_option_is_read_as_the_delivery_lease_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="durable_sqlite"):
+        _, options = parse_url("sqlite:///o.db?lease=60")
+    assert options.lease == timedelta(seconds=60)
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "durable_sqlite.plugin"]
+    assert "lease= is deprecated: write delivery_lease=" in warning
+    assert "--liveness" in warning
+
+
+def test_a_store_url_carries_the_delivery_lease_by_its_new_name(tmp_path: Path) -> None:
+    assert "delivery_lease=30" in url_for(tmp_path / "o.db", Options())
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///", "sqlite://host/o.db", "sqlite:///:memory:"]
+)
+async def test_a_url_naming_no_usable_file_is_a_value_error_showing_the_right_form(
+    url: str,
+) -> None:
+    with pytest.raises(MalformedURL) as refused:
+        async with open_sqlite(url):
+            pass
+    assert isinstance(refused.value, ValueError)
+    assert isinstance(refused.value, DatabaseRefused)
+    assert "sqlite:///" in str(refused.value) or "memory://" in str(refused.value)
+
+
 def test_keywords_win_over_the_query_string() -> None:
-    _, options = parse_url("sqlite:///o.db?lease=60&synchronous=normal", lease=timedelta(seconds=2))
+    _, options = parse_url(
+        "sqlite:///o.db?delivery_lease=60&synchronous=normal", lease=timedelta(seconds=2)
+    )
     assert options.lease == timedelta(seconds=2)
     assert options.synchronous is Synchronous.NORMAL
 
@@ -90,8 +130,9 @@ def test_keywords_win_over_the_query_string() -> None:
     ("url", "options", "error"),
     [
         ("sqlite:///o.db?fsync=never", {}, "unknown sqlite option"),
-        ("sqlite:///o.db?lease=soon", {}, "number of seconds"),
-        ("sqlite:///o.db?lease=0", {}, "must be positive"),
+        ("sqlite:///o.db?delivery_lease=soon", {}, "delivery_lease must be a number"),
+        ("sqlite:///o.db?delivery_lease=0", {}, "delivery_lease must be positive"),
+        ("sqlite:///o.db?lease=1&delivery_lease=2", {}, "both delivery_lease= and lease="),
         ("sqlite:///o.db?synchronous=off", {}, "does not offer OFF"),
         ("postgresql://host/db", {}, "not an sqlite: URL"),
         ("sqlite:///o.db?codec=json", {}, "a URL cannot carry"),
@@ -106,7 +147,7 @@ def test_bad_options_are_refused_by_name(url: str, options: dict[str, object], e
 
 
 async def test_durable_open_makes_a_ready_store_and_closes_it(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/orders.db?synchronous=normal&lease=7"
+    url = f"sqlite:///{tmp_path}/orders.db?synchronous=normal&delivery_lease=7"
     async with durable.open(url) as store:
         assert isinstance(store, SqliteDurable)
         assert store.scheduler.lease == timedelta(seconds=7)

@@ -326,6 +326,19 @@ def broken_stores() -> dict[str, str]:
     return dict(_state().broken)
 
 
+OPENED_BY: Mapping[str, str] = {
+    "sqlite": "durable-sqlite",
+    "postgresql": "durable-postgres",
+    "postgres": "durable-postgres",
+    "redis": "durable-redis",
+    "rediss": "durable-redis",
+    "redis+cluster": "durable-redis",
+    "rediss+cluster": "durable-redis",
+}
+"""The distribution that opens each scheme of this project's stores, so that a URL whose
+store is not installed is answered with the one install that adds it."""
+
+
 def _install_hint() -> str:
     installed = ", ".join(
         f"{p.name} ({', '.join(s + '://' for s in p.schemes)})" for p in stores().values()
@@ -355,6 +368,16 @@ def for_url(url: str) -> StorePlugin:
     for plugin in stores().values():
         if scheme in plugin.schemes:
             return plugin
+    distribution = OPENED_BY.get(scheme)
+    if distribution is not None:
+        installed = ", ".join(stores()) or "none"
+        broken = "".join(
+            f"; {name} is installed but broken: {why}" for name, why in broken_stores().items()
+        )
+        raise UnknownStore(
+            f"no installed store opens {scheme}:// URLs: `pip install {distribution}` adds "
+            f"the one that does (installed stores: {installed}){broken}"
+        )
     raise UnknownStore(f"no installed store opens {scheme}:// URLs; {_install_hint()}")
 
 

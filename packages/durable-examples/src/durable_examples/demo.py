@@ -17,8 +17,8 @@ What it does, in order:
 The store is SQLite in ``.durable-demo/`` under the working directory by default, so a
 second run resumes from that file: finished orders are reported as finished, and the
 replay and the books show nothing charged or reserved twice. ``--store URL`` picks another
-store (``postgresql://...``, ``redis://...``); the demo adds ``lease=2`` to its URL unless
-it names a lease, so a killed worker's deliveries come back in seconds.
+store (``postgresql://...``, ``redis://...``); the demo adds ``delivery_lease=2`` to its URL
+unless it names one, so a killed worker's deliveries come back in seconds.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ EXPECTED = {"order-1001": "paid", "order-1002": "paid", "order-1003": "compensat
 GATED = ("order-1002", "capture:L2")
 """Where the demo holds a pass to kill its worker: the large order's second capture."""
 
-LEASE = "2"  # seconds; added to the store URL unless it names a lease
+LEASE = "2"  # seconds; the store URL's delivery_lease unless it names one
 WORKERS = 2
 
 
@@ -81,11 +81,13 @@ def default_store(data: Path) -> str:
 
 
 def with_lease(url: str) -> str:
-    """``url`` with a short scheduler lease, unless it names one."""
+    """``url`` with a short delivery lease (the scheduler's), unless it names one (or names
+    it by its old name, ``lease=``)."""
     # Appended as text: urlunsplit would fold sqlite:/// (no host) into sqlite:/.
-    if any(name == "lease" for name, _ in parse_qsl(urlsplit(url).query)):
+    named = {name for name, _ in parse_qsl(urlsplit(url).query)}
+    if named & {"delivery_lease", "lease"}:
         return url
-    return f"{url}{'&' if '?' in url else '?'}lease={LEASE}"
+    return f"{url}{'&' if '?' in url else '?'}delivery_lease={LEASE}"
 
 
 def _digest(url: str) -> str:
@@ -343,7 +345,6 @@ async def run_demo(
                 sys.executable,
                 "-m",
                 "durable_examples.worker",
-                "--store",
                 url,
                 "--gateway",
                 str(gateway_path),

@@ -1,4 +1,4 @@
-"""A worker process for the payout service: ``python -m durable_examples.worker --store URL``.
+"""A worker process for the payout service: ``python -m durable_examples.worker URL``.
 
 ``durable worker MODULE:BODY`` runs a body that needs nothing but its ``Run``. This one
 needs its dependencies built over the store it runs on (the stock adapter speaks the
@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -134,7 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m durable_examples.worker", description="Run the payout service."
     )
-    parser.add_argument("--store", required=True, metavar="URL", help="the store to work")
+    # The store URL comes first, as for `durable worker URL MODULE:BODY`; --store is the
+    # old spelling, still read.
+    parser.add_argument(
+        "url", nargs="?", metavar="URL", help="the store to work (default: $DURABLE_STORE)"
+    )
+    parser.add_argument("--store", help=argparse.SUPPRESS)
     parser.add_argument(
         "--gateway", required=True, type=Path, metavar="PATH", help="the gateway's ledger file"
     )
@@ -147,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--with-parent", action="store_true", help="stop when standard input closes"
     )
     args = parser.parse_args(argv)
+    url = args.url or args.store or os.environ.get("DURABLE_STORE")
+    if not url:
+        parser.error("give the store URL first, or set DURABLE_STORE")
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s [%(process)d] %(name)s: %(message)s",
@@ -155,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         asyncio.run(
             run_worker(
-                args.store,
+                url,
                 args.gateway,
                 gate=args.gate,
                 liveness=args.liveness,

@@ -3,18 +3,25 @@
 A URL is a libpq connection URI plus durable's own options in its query string, which are
 taken out before the rest reaches libpq::
 
-    postgresql://app@db.internal:5432/orders?schema=orders_durable&max_size=20&lease=60
+    postgresql://app@db.internal:5432/orders?schema=orders_durable&max_size=20&delivery_lease=60
 
 ``schema`` (where the tables live; default ``durable``), ``min_size`` and ``max_size`` (the
 pool; default 2 and 10), ``timeout`` (seconds to wait for a pooled connection; default 30),
-``lease`` and ``poll`` (the scheduler's, in seconds; default 30 and 0.05) and ``prepare``
-(``false`` for a pooler that cannot keep prepared statements). Every other query parameter is
-libpq's (``sslmode``, ``connect_timeout``, ``application_name``, ...). The same names may be
-passed as keyword options to ``open``, which win over the URL; ``codec`` is keyword-only.
+``delivery_lease`` and ``poll`` (the scheduler's, in seconds; default 30 and 0.05) and
+``prepare`` (``false`` for a pooler that cannot keep prepared statements). Every other query
+parameter is libpq's (``sslmode``, ``connect_timeout``, ``application_name``, ...). The same
+names may be passed as keyword options to ``open``, which win over the URL; ``codec`` is
+keyword-only.
+
+``delivery_lease`` is ``PostgresScheduler.lease``: how long a taken delivery stays with its
+worker before another may take it. The URL names it in full because a worker has a second
+window, its claims' liveness (``durable worker --liveness``). The URL's old ``lease=`` is
+still read, with a warning; as a keyword, ``lease=`` is the Python name and stays.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -42,6 +49,8 @@ __all__ = [
     "redact",
     "with_option",
 ]
+
+log = logging.getLogger("durable_postgres.plugin")
 
 _CONNECT_TIMEOUT = 10  # seconds, unless the URL names its own connect_timeout
 
@@ -77,10 +86,29 @@ class PostgresOptions:
         # change what they say.
         for pair in query_pairs(parts.query):
             name, _, value = pair.partition("=")
-            if unquote(name) in _READERS:
+            if unquote(name) in _READERS or unquote(name) == "lease":
                 ours[unquote(name)] = unquote(value)
             else:
                 libpq.append(pair)
+        if "lease" in ours:
+            if "delivery_lease" in ours:
+                raise ValueError(
+                    f"{redact(url)} gives both delivery_lease= and lease=, its old name; keep "
+                    "delivery_lease="
+                )
+            log.warning(
+                "the postgres URL option lease= is deprecated: write delivery_lease= (how "
+                "long a taken delivery stays with its worker), not to be confused with a "
+                "worker's --liveness"
+            )
+            ours["delivery_lease"] = ours.pop("lease")
+        options = dict(options)
+        if "lease" in options:
+            if "delivery_lease" in options:
+                raise TypeError(
+                    "give the postgres option delivery_lease or lease (its Python name), not both"
+                )
+            options["delivery_lease"] = options.pop("lease")
         unknown = set(options) - set(_READERS)
         if unknown:
             raise TypeError(
@@ -88,7 +116,9 @@ class PostgresOptions:
                 f"known: {', '.join(sorted(_READERS))} and codec"
             )
         ours.update(options)
-        read = {name: _READERS[name](name, value) for name, value in ours.items()}
+        read = {
+            _FIELDS.get(name, name): _READERS[name](name, value) for name, value in ours.items()
+        }
         chosen = cls(**read)
         if chosen.min_size > chosen.max_size:
             raise ValueError(
@@ -159,10 +189,12 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "min_size": _count,
     "max_size": _count,
     "timeout": _seconds,
-    "lease": _duration,
+    "delivery_lease": _duration,
     "poll": _duration,
     "prepare": _flag,
 }
+_FIELDS = {"delivery_lease": "lease"}
+"""The :class:`PostgresOptions` field an option sets, where its name is not the field's."""
 
 
 def query_pairs(query: str) -> list[str]:

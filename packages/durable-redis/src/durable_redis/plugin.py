@@ -7,12 +7,19 @@ query string (every other query option goes to redis-py):
 * ``redis+cluster://host:port`` (``rediss+cluster://``): a Redis Cluster, found from any
   one node;
 * ``?prefix=NAME`` starts every key (default ``durable``), ``?ttl=SECONDS`` forgets a
-  workflow nobody has written for that long, ``?lease=SECONDS`` is the scheduler's lease.
+  workflow nobody has written for that long, ``?delivery_lease=SECONDS`` is the scheduler's
+  lease (``RedisStreamScheduler.lease``: how long a taken delivery stays with its worker
+  before another may take it; default 30).
+
+The URL names the delivery lease in full because a worker has a second window, its claims'
+liveness (``durable worker --liveness``). The URL's old ``lease=`` is still read, with a
+warning; as a keyword to ``open_redis``, ``lease=`` is the Python name and stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,6 +39,12 @@ from durable_redis.scripts import Client
 __all__ = ["RedisURL", "WaitingCluster", "open_redis", "parse_url"]
 
 _STORE_OPTIONS = ("prefix", "ttl", "lease", "consumer")
+"""The store's own options, by their Python names (``open_redis``'s keywords)."""
+_URL_NAMES = {"delivery_lease": "lease"}
+"""A URL option whose name is not the keyword's."""
+_URL_OPTION = {keyword: name for name, keyword in _URL_NAMES.items()}
+
+log = logging.getLogger("durable_redis.plugin")
 
 
 @dataclass(frozen=True)
@@ -53,10 +66,31 @@ def parse_url(url: str) -> RedisURL:
     cluster = parts.scheme.endswith("+cluster")
     scheme = parts.scheme.removesuffix("+cluster")
     query = parse_qsl(parts.query, keep_blank_values=True)
-    options = {k: v for k, v in query if k in _STORE_OPTIONS}
-    rest = [(k, v) for k, v in query if k not in _STORE_OPTIONS]
+    names = {k for k, _ in query}
+    if "lease" in names:
+        if "delivery_lease" in names:
+            raise ValueError(
+                f"{_redacted(url)} gives both delivery_lease= and lease=, its old name; keep "
+                "delivery_lease="
+            )
+        log.warning(
+            "the redis URL option lease= is deprecated: write delivery_lease= (how long a "
+            "taken delivery stays with its worker), not to be confused with a worker's "
+            "--liveness"
+        )
+    ours = {*_STORE_OPTIONS, *_URL_NAMES}
+    options = {_URL_NAMES.get(k, k): v for k, v in query if k in ours}
+    rest = [(k, v) for k, v in query if k not in ours]
     client_url = urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
     return RedisURL(client_url, cluster, options)
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    if at and ":" in user:
+        return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+    return url
 
 
 def _seconds(name: str, text: str) -> timedelta:
@@ -118,8 +152,8 @@ async def open_redis(url: str, **options: Any) -> AsyncIterator[RedisDurable]:
     """Open the store ``url`` names, scripts loaded and consumer group created.
 
     Options (each overrides the URL's): ``client`` (use this client and leave it open),
-    ``codec``, ``prefix``, ``ttl`` and ``lease`` (``timedelta``), ``consumer``; any other
-    keyword goes to the redis-py client.
+    ``codec``, ``prefix``, ``ttl`` and ``lease`` (``timedelta``; the URL's
+    ``delivery_lease=``), ``consumer``; any other keyword goes to the redis-py client.
     """
     parsed = parse_url(url)
     given: Client | None = options.pop("client", None)
@@ -129,7 +163,9 @@ async def open_redis(url: str, **options: Any) -> AsyncIterator[RedisDurable]:
             store[name] = options.pop(name)
         elif name in parsed.options:
             text = parsed.options[name]
-            store[name] = _seconds(name, text) if name in ("ttl", "lease") else text
+            store[name] = (
+                _seconds(_URL_OPTION.get(name, name), text) if name in ("ttl", "lease") else text
+            )
     client = given if given is not None else connect(parsed, **options)
     try:
         durable = RedisDurable.over(client, **store)

@@ -3,11 +3,19 @@
 URLs follow SQLAlchemy's spelling, which most Python users already know: three slashes
 and a relative path (``sqlite:///orders.db``, under the working directory), four for an
 absolute one (``sqlite:////var/lib/app/orders.db``). Options ride in the query string
-(``?synchronous=normal&lease=60``) or as keyword arguments to ``open``, which win.
+(``?synchronous=normal&delivery_lease=60``) or as keyword arguments to ``open``, which win.
+
+``delivery_lease`` is the scheduler's lease (``SqliteScheduler.lease``): how long a taken
+delivery stays with its worker before another may take it. The URL names it in full because
+a worker has a second window, the claim's liveness (``durable worker --liveness``), and one
+word for both had users setting the one that did not move what they meant to. ``lease=`` is
+still read, with a warning; as a keyword to ``open``, ``lease=`` is the Python name and
+stays.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sqlite3
 import tempfile
@@ -36,9 +44,34 @@ from durable_sqlite.durable import SqliteDurable
 from durable_sqlite.probe import SqliteProbe
 from durable_sqlite.scheduler import DEFAULT_LEASE, DEFAULT_POLL
 
-__all__ = ["SCHEME", "Options", "durable_store", "open_sqlite", "parse_url", "testing", "url_for"]
+__all__ = [
+    "SCHEME",
+    "MalformedURL",
+    "Options",
+    "durable_store",
+    "open_sqlite",
+    "parse_url",
+    "testing",
+    "url_for",
+]
 
 SCHEME = "sqlite"
+
+log = logging.getLogger("durable_sqlite.plugin")
+
+RIGHT_FORM = (
+    "write sqlite:///orders.db for a path under the working directory, or "
+    "sqlite:////var/lib/app/orders.db for an absolute one"
+)
+
+
+class MalformedURL(DatabaseRefused, ValueError):
+    """An ``sqlite:`` URL that names no file this store can use.
+
+    A ``ValueError`` because the mistake is in the caller's input, which is how the
+    ``durable`` command tells a usage error (exit 2) from a store that failed (exit 1);
+    a :class:`DatabaseRefused` still, for code that already catches that.
+    """
 
 
 @dataclass(frozen=True)
@@ -58,14 +91,15 @@ class Options:
         pairs = {
             "synchronous": self.synchronous.value.lower(),
             "busy_timeout": _seconds(self.busy_timeout),
-            "lease": _seconds(self.lease),
+            "delivery_lease": _seconds(self.lease),
             "poll": _seconds(self.poll),
         }
         return urlencode(pairs)
 
 
-_DURATIONS = ("busy_timeout", "lease", "poll")
-_KNOWN = ("synchronous", *_DURATIONS, "codec", "clock")
+_DURATIONS = {"busy_timeout": "busy_timeout", "delivery_lease": "lease", "poll": "poll"}
+"""Each duration option, by the name a URL gives it, and the :class:`Options` field it sets."""
+_KNOWN = ("synchronous", "busy_timeout", "delivery_lease", "poll", "codec", "clock")
 
 
 def _seconds(duration: timedelta) -> str:
@@ -98,9 +132,9 @@ def _options(given: Mapping[str, object]) -> Options:
     chosen: dict[str, Any] = {}
     if "synchronous" in given:
         chosen["synchronous"] = Synchronous.parse(given["synchronous"])
-    for name in _DURATIONS:
+    for name, field_name in _DURATIONS.items():
         if name in given:
-            chosen[name] = _duration(name, given[name])
+            chosen[field_name] = _duration(name, given[name])
     for name in ("codec", "clock"):
         if name in given:
             chosen[name] = given[name]
@@ -118,13 +152,30 @@ def parse_url(url: str, **options: object) -> tuple[Path | None, Options]:
     if parts.scheme != SCHEME:
         raise ValueError(f"{url!r} is not an sqlite: URL (like sqlite:///orders.db)")
     if parts.netloc == ":memory:" or unquote(parts.path).lstrip("/") == ":memory:":
-        raise DatabaseRefused(IN_MEMORY)
+        raise MalformedURL(IN_MEMORY)
     if parts.netloc:
-        raise ValueError(
+        raise MalformedURL(
             f"{url!r} names a host ({parts.netloc!r}), but an SQLite store is a file on this "
-            f"machine: write sqlite:///relative/path.db or sqlite:////absolute/path.db"
+            f"machine: {RIGHT_FORM}"
         )
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if "lease" in query:
+        if "delivery_lease" in query:
+            raise MalformedURL(
+                f"{url!r} gives both delivery_lease= and lease=, its old name; keep delivery_lease="
+            )
+        log.warning(
+            "the sqlite URL option lease= is deprecated: write delivery_lease= (how long a "
+            "taken delivery stays with its worker), not to be confused with a worker's "
+            "--liveness"
+        )
+        query["delivery_lease"] = query.pop("lease")
+    if "lease" in options:
+        if "delivery_lease" in options:
+            raise TypeError(
+                "give the sqlite option delivery_lease or lease (its Python name), not both"
+            )
+        options["delivery_lease"] = options.pop("lease")
     objects = sorted(set(query) & {"codec", "clock"})
     if objects:
         raise ValueError(
@@ -162,15 +213,13 @@ async def open_sqlite(url: str, **options: object) -> AsyncIterator[SqliteDurabl
     """Open the store ``url`` names, creating the file and its tables if missing.
 
     Options (in the query string, durations in seconds, or as keywords): ``synchronous``
-    (``full``, the default, or ``normal``), ``busy_timeout`` (5), ``lease`` (30), ``poll``
-    (0.025), and as keywords only ``codec`` and ``clock``.
+    (``full``, the default, or ``normal``), ``busy_timeout`` (5), ``delivery_lease`` (30;
+    ``lease`` as a keyword), ``poll`` (0.025), and as keywords only ``codec`` and ``clock``.
+    A URL that names no usable file is :class:`MalformedURL`.
     """
     path, chosen = parse_url(url, **options)
     if path is None:
-        raise DatabaseRefused(
-            f"{url!r} names no file: write sqlite:///orders.db for a path under the working "
-            "directory, or sqlite:////var/lib/app/orders.db for an absolute one"
-        )
+        raise MalformedURL(f"{url!r} names no file: {RIGHT_FORM}")
     async with open_durable(check_path(path), chosen) as durable:
         yield durable
 
