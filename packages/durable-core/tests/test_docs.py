@@ -58,19 +58,50 @@ named host names it in a URL literal, and ``store=`` points that at a testbed. (
 against a store whose server this machine lacks is skipped with the hook's reason, as
 every test of that store is.)
 
-For a ```` ```bash ```` block, only lines that start with ``durable`` or ``pytest`` run
-(``pip`` and the like do not); each runs as ``python -m durable.cli ...`` in the page's
-directory, with that directory on ``PYTHONPATH``, and must exit 0, or the code its comment
-names (``# exits 3``). A ``pytest`` line is collected rather than run, with
-``--collect-only``: that proves its options, the stores it names and its ``-k`` (a
-selection of nothing exits 5), while the suite itself runs in ``hatch run certify``.
-``durable worker`` starts in the background and keeps running until the page is done, when
-it is sent SIGTERM and must exit 0. Bash blocks take ``after="TEXT"`` (wait, before
-running, until a background worker has logged ``TEXT``) and ``expect="TEXT"`` (``TEXT`` must
-appear in what the block's commands print, or what the workers they started log).
+For a ```` ```bash ```` block, only lines that start with ``durable``, ``pytest`` or
+``python``, and ``pip install`` lines that install folders of this clone (``pip install
+./packages/durable-core ./packages/durable-sqlite``), run; the rest (``cd``, ``pip install
+hatch``, the reader's tooling) do not. Each runs as the reader types it: the program is
+looked up on the page's ``PATH`` (the ``durable`` and ``pytest`` console scripts, not
+``python -m``), in the page's directory, with nothing added to ``PYTHONPATH``, and must exit
+0, or the code its comment names (``# exits 3``). The environment differs from the
+reader's only where the reader's set-up does: the environment this test runs in is active
+(its ``bin`` first on ``PATH``, as ``hatch run`` or an activated virtualenv has it), and
+bytecode is cached outside the page (``PYTHONPYCACHEPREFIX``), which changes nothing a
+command does. So a command that only works with the page's directory on the import path
+(``durable worker orders:payout`` importing ``orders``) fails here as it fails for a reader.
+
+A page that installs from the clone runs in a fresh virtualenv of its own, made with
+``python -m venv`` before its first block and active for every command of the page (its
+``bin`` first on ``PATH``, ``VIRTUAL_ENV`` naming it, and the environment this test runs
+in taken off ``PATH``, so a command the page's install did not provide fails instead of
+falling back to ours). Its ``pip install`` lines run in the root of the clone, and must say
+so in their comment (``# in the root of a clone of durable``), so that the page and this
+test agree on where. ``pip`` may fetch what the build needs (hatchling) and the
+distributions' own dependencies from the package index. Until the distributions are on
+PyPI, no page may install one of them from the index
+(``test_no_page_installs_our_distributions_from_the_index``).
+
+A ``pytest`` line is collected rather than run, with ``--collect-only``: that proves its
+options, the stores it names and its ``-k`` (a selection of nothing exits 5), while the
+suite itself runs in ``hatch run certify``. ``durable worker`` starts in the background and
+keeps running until the page is done, when it is sent SIGTERM and must exit 0. Bash blocks
+take ``after="TEXT"`` (wait, before running, until a background worker has logged
+``TEXT``) and ``expect="TEXT"`` (``TEXT`` must appear in what the block's commands print,
+on either stream, or what the workers they started log).
+
+The isolation rewrites of ``store=`` are the one liberty this test takes with what a page
+prints, and they stay: a reader runs an example against a server of their own, while this
+test runs it on a machine whose servers other runs share, so it points the example at a
+fresh schema or key prefix that it removes afterwards, keeping every option the page wrote;
+without that, two runs (or a run and a developer) would see each other's workflows. They
+apply to the ``python`` blocks this test runs itself. A shell line is run as written: the
+pages' commands name stores that need no server (``sqlite:///orders.db``, a file in the
+page's own directory) or are only collected (``pytest``).
 
 A ```` ```text ```` block marked ``<!-- docs-test: output -->`` is the exact standard output
-of the block before it.
+of the block before it (of a shell block, its commands' standard output, one after another;
+what they log on standard error is not part of it).
 """
 
 from __future__ import annotations
@@ -83,6 +114,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -111,6 +143,9 @@ REPO = Path(__file__).resolve().parents[3]
 PATIENCE = 60.0
 """Seconds to wait for a command or a worker's log line before failing (never asserted)."""
 
+INSTALL_PATIENCE = 300.0
+"""Seconds to wait for a virtualenv or a ``pip install`` (which builds wheels) to finish."""
+
 WORKFLOW = "wf-docs"
 """The workflow id a ``body`` block runs under."""
 
@@ -119,8 +154,9 @@ SHELL = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
 KNOWN = {"setup", "body", "store", "file", "entry-point", "after", "expect", "output"}
-COMMANDS = ("durable ", "pytest ")
-"""What a line of a shell block starts with, when it is a command the page runs."""
+COMMANDS = ("durable ", "pytest ", "python ")
+"""What a line of a shell block starts with, when it is a command the page runs (an install
+from the clone runs too: ``installs_from_clone``)."""
 
 
 def pages() -> list[Path]:
@@ -149,6 +185,13 @@ class Block:
         if self.language in PYTHON:
             return True
         return self.language in SHELL and bool(shell_commands(self.source))
+
+    @property
+    def installs(self) -> bool:
+        """Whether the block installs from the clone, which gives its page a virtualenv."""
+        return self.language in SHELL and any(
+            installs_from_clone(line) for line in shell_commands(self.source)
+        )
 
 
 def parse_directives(text: str, where: str) -> dict[str, str]:
@@ -228,9 +271,23 @@ def _attach_outputs(blocks: list[Block]) -> list[Block]:
 
 
 def shell_commands(source: str) -> list[str]:
-    """The logical lines of a shell block that run ``durable`` or ``pytest``."""
+    """The logical lines of a shell block that run: ``durable``, ``pytest`` and ``python``
+    commands, and installs from the clone."""
     joined = source.replace("\\\n", " ")
-    return [line.strip() for line in joined.splitlines() if line.strip().startswith(COMMANDS)]
+    lines = [line.strip() for line in joined.splitlines()]
+    return [line for line in lines if line.startswith(COMMANDS) or installs_from_clone(line)]
+
+
+def installs_from_clone(line: str) -> bool:
+    """Whether ``line`` is a ``pip install`` of folders of this clone (``./packages/...``),
+    the form the pages give until the distributions are on PyPI. An install from the index
+    (the contributor's ``pip install 'hatch>=1.16' && hatch run demo``) is the reader's
+    tooling and is not run."""
+    words = shlex.split(line, comments=True)
+    if words[:2] != ["pip", "install"]:
+        return False
+    requirements = [word for word in words[2:] if not word.startswith("-")]
+    return bool(requirements) and all(word.startswith("./") for word in requirements)
 
 
 ALL_BLOCKS = [block for path in pages() for block in read_blocks(path)]
@@ -520,6 +577,9 @@ class PageRun:
     blocks: list[Block]
     directory: Path
     environment: dict[str, str]
+    """What every command of the page runs with (see the module's docstring)."""
+    virtualenv: Path | None = None
+    """Where the page's own virtualenv goes, when the page installs from the clone."""
     namespace: dict[str, Any] = field(default_factory=dict)
     outcomes: dict[int, BaseException | None] = field(default_factory=dict)
     background: list[Background] = field(default_factory=list)
@@ -536,12 +596,18 @@ class PageRun:
         """Run every block of the page up to ``block`` that has not run; ``block``'s outcome."""
         if not self.installed:
             self.installed = True
-            # A store the page installs is installed before its first command, as a reader
-            # has installed the store before reading how to certify it. Here rather than
-            # when the page is set up, so that a failure fails this page alone.
-            for each in self.blocks:
-                if "entry-point" in each.directives:
-                    self.outcomes[each.line] = self._attempt(each)
+            # The page's virtualenv is made, and a store the page installs is installed,
+            # before its first command, as a reader has made a virtualenv and installed the
+            # store before reading how to certify it. Here rather than when the page is set
+            # up, so that a failure fails this page alone.
+            try:
+                self._make_virtualenv()
+            except Exception as error:
+                self.outcomes[self.blocks[0].line] = error
+            else:
+                for each in self.blocks:
+                    if "entry-point" in each.directives:
+                        self.outcomes[each.line] = self._attempt(each)
         for each in self.blocks:
             if each.line not in self.outcomes:
                 self.outcomes[each.line] = self._attempt(each)
@@ -607,19 +673,75 @@ class PageRun:
         exec(compile(block.source, str(target), "exec"), {"__name__": target.stem})
         name = block.directives.get("entry-point")
         if name:
-            self._install(name, target.stem)
+            self._install(name, target)
 
-    def _install(self, name: str, module: str) -> None:
-        """A distribution ``name`` with ``module`` as its ``durable`` entry point, on the
-        page's ``PYTHONPATH`` (so seen by its commands, not by this process)."""
-        installed = self.directory / ".installed"
-        info = installed / f"{name}-0.0.0.dist-info"
-        info.mkdir(parents=True, exist_ok=True)
+    def _install(self, name: str, module: Path) -> None:
+        """A distribution ``name`` with ``module`` as its ``durable`` entry point, in the
+        page's virtualenv, where ``pip install`` would put it (so seen by the page's
+        commands, not by this process)."""
+        if self.virtualenv is None:
+            raise LookupError(
+                f"entry-point={name} installs into the page's virtualenv, and {self.page} has "
+                "none: a page has one when it installs from the clone (pip install ./...)"
+            )
+        site = Path(
+            self._run(
+                ["python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
+            ).stdout.strip()
+        )
+        shutil.copyfile(module, site / module.name)
+        info = site / f"{name}-0.0.0.dist-info"
+        info.mkdir(exist_ok=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
-        (info / "entry_points.txt").write_text(f"[durable]\n{name} = {module}\n")
-        path = self.environment["PYTHONPATH"].split(os.pathsep)
-        if str(installed) not in path:
-            self.environment["PYTHONPATH"] = os.pathsep.join([*path, str(installed)])
+        (info / "entry_points.txt").write_text(f"[durable]\n{name} = {module.stem}\n")
+        (info / "INSTALLER").write_text("durable-docs-test\n")
+
+    # The page's virtualenv and commands
+
+    def _make_virtualenv(self) -> None:
+        """A fresh virtualenv, made as a reader makes one, and active for every command of
+        the page as ``. .venv/bin/activate`` makes it (see the module's docstring)."""
+        if self.virtualenv is None:
+            return
+        subprocess.run(
+            [sys.executable, "-m", "venv", str(self.virtualenv)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=INSTALL_PATIENCE,
+            check=True,
+        )
+        ours = {str(Path(sys.executable).parent), str(Path(sys.prefix) / "bin")}
+        path = [entry for entry in self.environment["PATH"].split(os.pathsep) if entry not in ours]
+        self.environment["PATH"] = os.pathsep.join([str(self.virtualenv / "bin"), *path])
+        self.environment["VIRTUAL_ENV"] = str(self.virtualenv)
+        self.environment.pop("PYTHONHOME", None)
+
+    def _command(self, words: Sequence[str]) -> list[str]:
+        """``words`` as the page's shell would run them: the program found on its ``PATH``."""
+        program, *arguments = words
+        found = shutil.which(program, path=self.environment["PATH"])
+        if found is None:
+            raise AssertionError(
+                f"{self.page}: no `{program}` on the page's PATH; is it installed in the "
+                f"page's environment?\nPATH={self.environment['PATH']}"
+            )
+        if program == "pytest":
+            arguments = [*arguments, "--collect-only", "-q"]
+        return [found, *arguments]
+
+    def _run(
+        self, words: Sequence[str], cwd: Path | None = None, patience: float = PATIENCE
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self._command(words),
+            cwd=cwd or self.directory,
+            env=self.environment,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=patience,
+            check=False,
+        )
 
     async def _prepare(self, block: Block) -> list[tuple[StorePlugin, Testbed[Any]]]:
         """The block's testbeds, one per ``store=`` entry, the first one's in the namespace;
@@ -682,43 +804,40 @@ class PageRun:
         if after:
             self._wait(after, self.background)
         printed: list[str] = []
+        output: list[str] = []
         started: list[Background] = []
         for line in shell_commands(block.source):
             code = re.search(r"#\s*exits?\s+(\d+)", line)
-            program, *arguments = shlex.split(line, comments=True)
-            if program == "durable" and arguments[:1] == ["worker"]:
-                started.append(self._start(line, arguments))
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["durable", "worker"]:
+                started.append(self._start(line, words))
                 continue
-            if program == "pytest":
-                command = [sys.executable, "-m", "pytest", *arguments, "--collect-only", "-q"]
+            if installs_from_clone(line):
+                if "clone" not in line.partition("#")[2]:
+                    raise ValueError(
+                        f"{block.name}: `{line}` runs in the root of the clone; say so on the "
+                        "line (# in the root of a clone of durable), as the reader must know"
+                    )
+                done = self._run(words, cwd=REPO, patience=INSTALL_PATIENCE)
             else:
-                command = [sys.executable, "-m", "durable.cli", *arguments]
-            done = subprocess.run(
-                command,
-                cwd=self.directory,
-                env=self.environment,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=PATIENCE,
-                check=False,
-            )
+                done = self._run(words)
             wanted = int(code[1]) if code else 0
             assert done.returncode == wanted, (
                 f"{block.name}: `{line}` exited {done.returncode}, not {wanted}:\n"
-                f"{done.stdout[-2000:]}{done.stderr}"
+                f"{done.stdout[-2000:]}{done.stderr[-4000:]}"
             )
             printed.append(done.stdout + done.stderr)
+            output.append(done.stdout)
         self.background.extend(started)
         expect = block.directives.get("expect")
         if expect and not any(expect in text for text in printed):
             self._wait(expect, started, also=printed)
-        _compare_output(block, "".join(printed))
+        _compare_output(block, "".join(output))
 
-    def _start(self, line: str, arguments: list[str]) -> Background:
+    def _start(self, line: str, words: list[str]) -> Background:
         log = self.directory / f"worker-{len(self.background)}.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "durable.cli", *arguments],
+            self._command(words),
             cwd=self.directory,
             env=self.environment,
             stdin=subprocess.DEVNULL,
@@ -795,18 +914,25 @@ def _inside(directory: Path) -> Iterator[None]:
 def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PageRun]]:
     """One run per page, started by its first block and finished by its last."""
     bytecode = tmp_path_factory.mktemp("bytecode")
+    # The reader's environment, with this test's own environment active; nothing is added
+    # to PYTHONPATH (see the module's docstring for the two differences, and why).
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     environment["PYTHONPYCACHEPREFIX"] = str(bytecode)
+    environment["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), *filter(None, [os.environ.get("PATH")])]
+    )
     runs: dict[str, PageRun] = {}
     for block in RUNNING:
         if block.page not in runs:
-            directory = tmp_path_factory.mktemp(re.sub(r"\W+", "-", block.page))
-            page_environment = dict(environment)
-            page_environment["PYTHONPATH"] = os.pathsep.join(
-                [str(directory), *filter(None, [os.environ.get("PYTHONPATH")])]
-            )
+            slug = re.sub(r"\W+", "-", block.page)
+            directory = tmp_path_factory.mktemp(slug)
             blocks = [b for b in RUNNING if b.page == block.page]
-            runs[block.page] = PageRun(block.page, blocks, directory, page_environment)
+            virtualenv = (
+                tmp_path_factory.mktemp(f"{slug}-venv") / ".venv"
+                if any(b.installs for b in blocks)
+                else None
+            )
+            runs[block.page] = PageRun(block.page, blocks, directory, dict(environment), virtualenv)
     yield runs
     for run in runs.values():
         if not run.finished:
@@ -851,6 +977,121 @@ def test_the_readme_set_up_commands_name_scripts_the_hatch_env_defines() -> None
     assert named, "the README's set-up block runs no hatch script"
     assert [name for name in named if name not in scripts] == []
     assert "hatch run test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+# --- installing from the clone ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Distribution:
+    name: str
+    folder: str
+    """Its folder in the clone, as a ``pip install`` run in the clone's root names it."""
+    ours: frozenset[str]
+    """The distributions of this clone it depends on."""
+
+
+def distributions() -> dict[str, Distribution]:
+    """Every distribution of the clone, by its canonical name."""
+    projects = {}
+    for pyproject in [
+        *sorted(REPO.glob("packages/*/pyproject.toml")),
+        REPO / "conformance/pyproject.toml",
+    ]:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+        folder = "./" + str(pyproject.parent.relative_to(REPO))
+        projects[_canonical(project["name"])] = (folder, project.get("dependencies", []))
+    return {
+        name: Distribution(
+            name,
+            folder,
+            frozenset(
+                _canonical(match[0])
+                for requirement in requires
+                if (match := re.match(r"[A-Za-z0-9._-]+", requirement)) is not None
+                and _canonical(match[0]) in projects
+            ),
+        )
+        for name, (folder, requires) in projects.items()
+    }
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pip_installs(text: str) -> list[list[str]]:
+    """The requirements of every ``pip install`` in a page's code, fenced or inline (an
+    inline span may break across lines, as Markdown allows)."""
+    pieces = re.findall(r"^\s*(?:`{3,}|~{3,}).*?$(.*?)^\s*(?:`{3,}|~{3,})\s*$", text, re.M | re.S)
+    lines = [line for piece in pieces for line in piece.splitlines()]
+    prose = re.sub(r"^\s*(?:`{3,}|~{3,}).*?^\s*(?:`{3,}|~{3,})\s*$", "", text, flags=re.M | re.S)
+    lines += [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", prose)]
+    installs = []
+    for line in lines:
+        for found in re.finditer(r"\bpip install\b(.*)", line):
+            command = re.split(r"&&|;|\||#", found[1])[0]
+            installs.append([word for word in shlex.split(command) if not word.startswith("-")])
+    return installs
+
+
+README_PAGES = [
+    *pages(),
+    *sorted(REPO.glob("packages/*/README.md")),
+    REPO / "conformance/README.md",
+]
+
+
+@pytest.mark.parametrize("path", README_PAGES, ids=[str(p.relative_to(REPO)) for p in README_PAGES])
+def test_no_page_installs_our_distributions_from_the_index(path: Path) -> None:
+    """None of this clone's distributions is on PyPI yet, so ``pip install durable-sqlite``
+    finds nothing; every page installs from the clone's folders instead, and names with each
+    the distributions of the clone it depends on, which pip would otherwise look for on the
+    index. (When they are published, this test goes, and the pages name them again.)"""
+    ours = distributions()
+    by_folder = {d.folder: d for d in ours.values()}
+    wrong: list[str] = []
+    for requirements in pip_installs(path.read_text(encoding="utf-8")):
+        named = set()
+        for requirement in requirements:
+            folder = re.sub(r"\[.*\]$", "", requirement).rstrip("/")
+            if folder in by_folder:
+                named.add(by_folder[folder].name)
+                continue
+            match = re.match(r"[A-Za-z0-9._-]+", requirement)
+            if match is not None and _canonical(match[0]) in ours and not folder.startswith("."):
+                wrong.append(
+                    f"`pip install {' '.join(requirements)}` installs {match[0]} from PyPI, "
+                    f"which does not have it: install {ours[_canonical(match[0])].folder} "
+                    "in the root of a clone"
+                )
+        for name in sorted(named):
+            missing = sorted(ours[name].ours - named)
+            if missing:
+                wrong.append(
+                    f"`pip install {' '.join(requirements)}` makes pip look for "
+                    f"{', '.join(missing)} on PyPI, which does not have it: add "
+                    f"{' '.join(ours[m].folder for m in missing)} to the same command"
+                )
+    assert wrong == []
+
+
+def test_an_install_from_pypi_of_ours_is_found_and_one_from_the_clone_is_not() -> None:
+    text = (
+        "Install `pip install durable-redis` or\n"
+        "```bash\npip install 'hatch>=1.16' && hatch run demo  # tooling\n"
+        "pip install ./packages/durable-core './packages/durable-redis[hiredis]'  # clone\n```\n"
+        "and `pip install\n./packages/durable-sqlite`."
+    )
+    assert pip_installs(text) == [
+        ["hatch>=1.16"],
+        ["./packages/durable-core", "./packages/durable-redis[hiredis]"],
+        ["durable-redis"],
+        ["./packages/durable-sqlite"],
+    ]
+    assert installs_from_clone("pip install ./packages/durable-core ./packages/durable-sqlite")
+    assert not installs_from_clone("pip install 'hatch>=1.16' && hatch run demo")
+    assert not installs_from_clone("pip install durable-sqlite")
 
 
 # --- the Rewriter on its own -------------------------------------------------------------
