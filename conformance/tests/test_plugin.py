@@ -204,6 +204,20 @@ def test_an_unreachable_server_is_one_could_not_run_line_not_a_traceback_per_tes
     )
 
 
+def test_listing_the_suite_with_collect_only_needs_no_server(project: Any) -> None:
+    """--collect-only (an IDE's discovery, the docs' check of a command) only lists the
+    suite: no probe runs, so an unreachable server neither fails nor slows the listing."""
+    result = project.run(
+        "--durable-store=redis", "--durable-url=redis://127.0.0.1:1/0", "--collect-only", "-q"
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, output[-3000:]
+    assert "could not reach Redis" not in output
+    assert "test_claim" in output
+    probed = project.run("--durable-store=redis", "--durable-url=redis://127.0.0.1:1/0", "-q")
+    assert probed.ret == pytest.ExitCode.TESTS_FAILED, "the same URL, run, must fail"
+
+
 def test_a_reachable_store_in_the_same_run_is_still_certified(project: Any) -> None:
     """One store's server being down costs that store its certificate, not the others."""
     result, report = project.certify(

@@ -56,6 +56,10 @@ class Certification:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if session.config.option.collectonly:
+            # Listing the suite needs no server, and a --collect-only run (a docs check, an
+            # IDE's test discovery) must not fail because the one named is not up.
+            return
         for run in self.runs:
             run.probe()
             if run.unreachable is not None:
@@ -130,13 +134,17 @@ class Certification:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         lines = [f"durable-conformance {__version__}, durable-core {core_version()}"]
+        collect_only = bool(config.option.collectonly)
         for run in self.runs:
-            run.probe()
+            if not collect_only:
+                run.probe()
             plugin = run.plugin
             capabilities = ", ".join(sorted(plugin.capabilities)) or "none"
             # The reason is said once, with the verdict, where a -q run shows it too.
             server = run.server or (
-                "could not run (the reason ends the run)"
+                "not probed (--collect-only)"
+                if collect_only
+                else "could not run (the reason ends the run)"
                 if run.unreachable
                 else "its testing hook failed (the reason ends the run)"
             )
