@@ -176,7 +176,11 @@ def list_stores(out: TextIO) -> int:
     broken = broken_stores()
     out.write(f"durable stores (durable-core {core_version()}):\n")
     if not installed:
-        out.write("  none installed: add one with `pip install durable-sqlite`\n")
+        out.write(
+            "  none installed: add one with `pip install durable-sqlite` (until it is on "
+            "PyPI, from the root of a clone of durable: `pip install ./packages/durable-core "
+            "./packages/durable-sqlite`)\n"
+        )
     width = max((len(name) for name in installed), default=0)
     for plugin in installed.values():
         schemes = ", ".join(f"{s}://" for s in plugin.schemes)

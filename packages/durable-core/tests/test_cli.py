@@ -169,6 +169,8 @@ def test_a_store_that_is_not_installed_is_named_with_the_one_package_that_opens_
     (line,) = done.stderr.strip().splitlines()
     scheme = url.split("://")[0]
     assert f"no installed store opens {scheme}:// URLs: `pip install {package}`" in line
+    # Until the distributions are on PyPI, the line a reader copies must work from a clone.
+    assert f"`pip install ./packages/durable-core ./packages/{package}`" in line, line
     others = {"durable-postgres", "durable-redis", "durable-sqlite"} - {package}
     assert not any(other in line for other in others), line
 

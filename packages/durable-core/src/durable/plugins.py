@@ -346,7 +346,16 @@ def _install_hint() -> str:
     return (
         f"installed stores: {installed or 'none'}; add one with "
         "`pip install durable-sqlite`, `durable-postgres` or `durable-redis`"
+        f" ({_FROM_A_CLONE.format(distribution='durable-sqlite')})"
     )
+
+
+_FROM_A_CLONE = (
+    "until it is on PyPI, from the root of a clone of durable: "
+    "`pip install ./packages/durable-core ./packages/{distribution}`"
+)
+"""How to install a store before the distributions are published, which every message
+naming a `pip install` adds, so that the line a reader copies works today."""
 
 
 def store(name: str) -> StorePlugin:
@@ -376,7 +385,8 @@ def for_url(url: str) -> StorePlugin:
         )
         raise UnknownStore(
             f"no installed store opens {scheme}:// URLs: `pip install {distribution}` adds "
-            f"the one that does (installed stores: {installed}){broken}"
+            f"the one that does ({_FROM_A_CLONE.format(distribution=distribution)}; "
+            f"installed stores: {installed}){broken}"
         )
     raise UnknownStore(f"no installed store opens {scheme}:// URLs; {_install_hint()}")
 

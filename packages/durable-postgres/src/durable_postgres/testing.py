@@ -88,7 +88,9 @@ async def find_server(url: str | None = None) -> str:
         raise unittest.SkipTest(
             f"no Postgres server answered at {DEFAULT_URL}, {ENV_URL} is not set and "
             "testcontainers is not installed; set it, pass --durable-url, or "
-            "pip install 'durable-postgres[testcontainers]'"
+            "pip install 'durable-postgres[testcontainers]' (from a clone, until it is on "
+            "PyPI: pip install ./packages/durable-core "
+            "'./packages/durable-postgres[testcontainers]')"
         )
     _found.append(started)
     return started
