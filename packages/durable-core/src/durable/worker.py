@@ -668,14 +668,14 @@ async def work(
     """
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive number of passes, got {limit!r}")
-    for name, value in (
+    for timing, value in (
         ("liveness", liveness),
         ("budget", budget),
         ("poll", poll),
         ("tick", tick),
         ("retry", retry),
     ):
-        check_duration(name, value)
+        check_duration(timing, value)
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"a worker's name is a non-empty str, got {name!r}")
     owner = name if name is not None else f"{socket.gethostname()}:{os.getpid()}"
