@@ -17,12 +17,14 @@ import pytest
 from durable.clock import ManualClock
 from durable.durable import SplitDurable
 from durable.interfaces import (
+    Began,
     Delivery,
     Durable,
     Entry,
     LifecycleNotOffered,
     Pass,
     Recorded,
+    Settlement,
     Status,
     StoreUnavailable,
     WorkflowStatus,
@@ -417,6 +419,20 @@ class CutCheckpointer(MemoryCheckpointer):
     async def release(self, holder: Pass) -> None:
         self.switch.reach("release")
         await super().release(holder)
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        self.switch.reach("begin")
+        return await super().begin(workflow, liveness=liveness, budget=budget, owner=owner)
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        self.switch.reach("beat")
+        return await super().beat(holder, step)
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        self.switch.reach("settle")
+        await super().settle(holder, settlement)
 
 
 class CutScheduler(Spy):
@@ -1236,7 +1252,9 @@ async def test_the_outcome_lands_before_the_answer_so_a_lost_answer_runs_nothing
 ) -> None:
     """Truth before queue: an answer lost to an outage leaves the delivery out, and the pass
     that takes it next finds the workflow finished and only answers for it."""
-    durable, spy, switch = cuttable(clock)
+    switch = Switch()  # the scheduler's alone: the checkpointer stays up
+    spy = CutScheduler(switch, clock=clock)
+    durable = MemoryDurable(MemoryCheckpointer(clock=clock), spy)
     registry = Workflows()
     runs = 0
 
@@ -1295,3 +1313,45 @@ async def test_a_worker_is_named_after_its_host_and_process_by_default() -> None
     async with working(durable, registry):
         await asyncio.wait_for(running.wait(), 2)
         assert (await status_of(durable)).owner == f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def test_an_outage_that_outlasts_the_pass_costs_that_attempt_and_no_more(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store goes away mid-pass and stays away through the settle that would give the
+    attempt back: the delivery stays out, the pass stays counted (its claim lapses as a dead
+    pass's would), and the next pass, once the store is back, says so and finishes."""
+    durable, spy, switch = cuttable(clock)
+    registry = Workflows()
+    midway, go_on = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        nonlocal runs
+        runs += 1
+        reserved = await run.step("reserve", lambda: "r-1", exactly(str))
+        if runs == 1:
+            midway.set()
+            await go_on.wait()
+        return await run.step("pay", lambda: f"{reserved}/paid", exactly(str))
+
+    await durable.start(payout, WORKFLOW)
+    with caplog.at_level(logging.INFO, logger="durable.worker"):
+        async with working(durable, registry, clock=clock):
+            await asyncio.wait_for(midway.wait(), 2)
+            switch.down = True
+            go_on.set()
+            await eventually(lambda: "settle" in switch.refused)
+            await asyncio.sleep(0.05)
+            assert spy.answers == []
+            switch.down = False
+            clock.advance(max(spy.lease, DEFAULT_LIVENESS))
+            assert (await spy.answer())[0] == "done"
+    assert runs == 2
+    st = await status_of(durable)
+    assert (st.status, st.attempts, st.value) == (Status.FINISHED, 2, "r-1/paid")
+    messages = [r.getMessage() for r in worker_records(caplog)]
+    assert any("gives its attempt back" in m for m in messages), messages
+    assert any("never ended; attempt 2 of 10" in m for m in messages), messages
+    assert not [m for m in messages if "failed" in m and "attempt" in m and "of 10 failed" in m]
