@@ -8,6 +8,15 @@ Two protocols, because a workflow's durable state is two things that can live in
 stores: what it has done (:class:`Checkpointer`) and when it may run next
 (:class:`Scheduler`). A third, :class:`Durable`, bundles a pair of them and names the
 moves that have to cross both, so that a caller can never hold half of one.
+
+Optional protocols a store may also offer, each a capability it declares: listing its
+workflows (:class:`Enumerable`), saying who holds one (:class:`Inspectable`) and when it
+runs next (:class:`Observable`), and keeping each workflow's kind, input, status, attempts
+and outcome (:class:`Lifecycle`). Lifecycle is a protocol of its own rather than more
+``Checkpointer`` methods so that a store written before it stays a ``Checkpointer``, reported
+as not offering it. Its writes ride on the writes a pass already makes (``begin`` is the
+claim, ``beat`` the renewal, ``settle`` the release), so a pass costs no more writes than
+before and ``Run.step`` none at all.
 """
 
 from __future__ import annotations
@@ -665,7 +674,13 @@ class Lifecycle(Protocol):
     ) -> Began | None:
         """claim, and in the same write: status running, attempts + 1, owner, since now, step
         cleared; the row is created (kind None) if absent. None while a live pass holds it, with
-        nothing written. A terminal workflow: Began(holder=None), nothing written."""
+        nothing written. A terminal workflow: Began(holder=None), nothing written.
+
+        ``Began.status`` is the status before this call (``ready`` for a row created here), and
+        ``Began.lost`` the previous pass's owner when that status was ``running``: a pass that
+        began and never settled, whose claim has since lapsed. Counting in the claim's own
+        write is the point: a pass whose process is killed can never report itself, so only
+        a count taken before the body runs sees it."""
         ...
 
     async def beat(self, holder: Pass, step: str | None) -> Pass:
@@ -702,5 +717,10 @@ class Lifecycle(Protocol):
         cursor: str | None = None,
     ) -> Page:
         """Rows matching the filters, newest updated first, at most ``limit``, read from an
-        index: the cost is in proportion to the page, never to the store."""
+        index: the cost is in proportion to the page, never to the store.
+
+        ``Page.cursor``, handed back, continues after the page's last row (``None`` on the
+        last page); each row matching throughout is listed exactly once. A cursor this store
+        did not hand out, a ``limit`` below 1 or a kind name ``check_kind`` refuses is a
+        ``ValueError``."""
         ...
