@@ -9,6 +9,7 @@ import itertools
 import logging
 import os
 import socket
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -1355,3 +1356,88 @@ async def test_an_outage_that_outlasts_the_pass_costs_that_attempt_and_no_more(
     assert any("gives its attempt back" in m for m in messages), messages
     assert any("never ended; attempt 2 of 10" in m for m in messages), messages
     assert not [m for m in messages if "failed" in m and "attempt" in m and "of 10 failed" in m]
+
+
+async def test_a_kindless_workflow_waits_when_the_registry_names_no_default(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    retry = timedelta(seconds=5)
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> None:
+        return None
+
+    @registry.kind("refund")
+    async def refund(run: Run[Any], order: object) -> None:
+        return None
+
+    await durable.send(WORKFLOW, "written by the previous release")
+    with caplog.at_level(logging.WARNING, logger="durable.worker"):
+        async with working(durable, registry, clock=clock, retry=retry):
+            assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+    st = await status_of(durable)
+    assert (st.status, st.attempts, st.kind) == (Status.SLEEPING, 0, None)
+    [warned] = [r for r in worker_records(caplog) if "no recorded kind" in r.getMessage()]
+    assert "this registry has no default" in warned.getMessage()
+
+
+class Counting(MemoryCheckpointer):
+    """The memory store, counting every call a worker makes of it."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.calls: Counter[str] = Counter()
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        self.calls["begin"] += 1
+        return await super().begin(workflow, liveness=liveness, budget=budget, owner=owner)
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        self.calls["load"] += 1
+        return await super().load(workflow)
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        self.calls["record"] += 1
+        return await super().record(holder, key, value)
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        self.calls["settle"] += 1
+        await super().settle(holder, settlement)
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        self.calls["claim"] += 1
+        return await super().claim(workflow, liveness=liveness, budget=budget)
+
+    async def release(self, holder: Pass) -> None:
+        self.calls["release"] += 1
+        await super().release(holder)
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        self.calls["beat"] += 1
+        return await super().beat(holder, step)
+
+
+async def test_a_pass_makes_the_same_writes_as_before_lifecycle_and_a_step_none_more(
+    clock: ManualClock,
+) -> None:
+    """begin stands for claim and settle for release: a five-step pass is one begin, one
+    load, five records and one settle, and nothing else."""
+    counting = Counting(clock=clock)
+    spy = Spy(clock=clock)
+    durable = MemoryDurable(counting, spy)
+    registry = Workflows()
+
+    @registry.kind("five")
+    async def five(run: Run[Any], order: object) -> int:
+        for i in range(5):
+            await run.step(f"step-{i}", lambda i=i: i, exactly(int))
+        return 5
+
+    await durable.start(five, WORKFLOW)
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    assert counting.calls == Counter({"begin": 1, "load": 1, "record": 5, "settle": 1})
