@@ -1441,3 +1441,33 @@ async def test_a_pass_makes_the_same_writes_as_before_lifecycle_and_a_step_none_
     async with working(durable, registry, clock=clock):
         assert (await spy.answer())[0] == "done"
     assert counting.calls == Counter({"begin": 1, "load": 1, "record": 5, "settle": 1})
+
+
+async def test_a_pass_cancelled_by_a_stopping_worker_gives_its_attempt_back(
+    clock: ManualClock,
+) -> None:
+    """A deploy that stops a worker past its grace interrupts the pass, which did nothing
+    wrong: it is not counted, and its delivery stays out for the next worker."""
+    durable, spy = spied(clock)
+    registry = Workflows()
+    stop = asyncio.Event()
+    in_pass = asyncio.Event()
+
+    @registry.kind("long")
+    async def long(run: Run[Any], order: object) -> None:
+        in_pass.set()
+        await asyncio.Event().wait()
+
+    taken_at = clock.now()
+    await durable.start(long, WORKFLOW)
+    worker = asyncio.ensure_future(
+        work(durable, registry, stop=stop, grace=timedelta(milliseconds=50), clock=clock, **QUICK)
+    )
+    await asyncio.wait_for(in_pass.wait(), 2)
+    stop.set()
+    await asyncio.wait_for(worker, 2)
+    assert spy.answers == []
+    assert await spy.scheduled(WORKFLOW) == taken_at + spy.lease
+    st = await status_of(durable)
+    assert (st.status, st.attempts) == (Status.SLEEPING, 0)
+    assert await durable.checkpointer.claimed(WORKFLOW) is None

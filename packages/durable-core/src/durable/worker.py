@@ -272,6 +272,10 @@ async def _answer(
     outage.succeeded(started)
 
 
+REFUND_ON_CANCEL = timedelta(seconds=2)
+"""How long a cancelled pass waits for the store to take its attempt back before giving up
+(and staying counted, as a pass that died would)."""
+
 PASS_LOST = "durable.PassLost"
 """The failure type of a workflow whose passes died until its attempts ran out."""
 
@@ -435,6 +439,15 @@ async def _answer_lifecycle(
             outage,
         )
         return
+    except asyncio.CancelledError:
+        # The worker is stopping (its grace ran out) or was cancelled: the pass did nothing
+        # wrong, so it gives its attempt back if the store answers promptly, or a rolling
+        # deploy would count against every long pass it interrupts. The delivery stays out,
+        # as it always has for a cancelled pass.
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(REFUND_ON_CANCEL.total_seconds()):
+                await lifecycle.settle(holder, refund())
+        raise
     except Exception as error:
         if _is_outage(error):
             outage.failed(
@@ -667,8 +680,9 @@ async def work(
     When ``stop`` is set the worker takes no more work and waits up to ``grace`` (default:
     forever) for passes in flight; passes still running then are cancelled and their
     deliveries left outstanding, and one line names their workflows. Cancelling ``work``
-    itself does the same at once; on a lifecycle store such a pass stays counted, as one
-    that died would (its next pass reports it lost).
+    itself does the same at once. On a lifecycle store such a pass first gives its attempt
+    back (one ``settle``, waited for at most ``REFUND_ON_CANCEL``); if the store does not
+    answer in time it stays counted, as a pass that died would.
 
     A store outage (:class:`~durable.interfaces.StoreUnavailable`, from taking work, from a
     pass, from answering for a delivery or from the timer) never fails a pass and never
