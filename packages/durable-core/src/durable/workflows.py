@@ -53,7 +53,16 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class Kind(Generic[In, T]):
-    """A body, the parser of its input, its retry policy and its queue, under one name."""
+    """A body, the parser of its input, its retry policy and its queue, under one name.
+
+    ``parse`` checks an input and hands it back typed; it should not convert it, because the
+    store keeps the input as it was given (through the codec), ``start`` compares a repeat by
+    that encoding, and every pass hands the body ``parse(decoded input)`` afresh. It runs in
+    ``start`` before anything is written, and again at each pass, where a refusal (an input
+    started by name, or a parser since made stricter) fails the workflow at once: no retry
+    can change an input. ``queue`` is recorded at start for a later release to route by.
+    Made by :meth:`Workflows.kind`, usually, which checks the name.
+    """
 
     name: str
     body: Callable[[Run[Any], In], Awaitable[T]]
