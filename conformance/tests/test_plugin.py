@@ -39,7 +39,7 @@ def test_the_memory_store_is_certified_by_the_whole_suite(project: Any) -> None:
         [
             "durable-conformance *, durable-core *",
             "durable store memory: durable-core *; capabilities: atomic-arrive, enumerate, "
-            "transact; server: process memory",
+            "lifecycle, transact; server: process memory",
             "*= durable conformance =*",
             "requirement * capability * memory",
             "claim.one-winner * passed",
@@ -58,7 +58,7 @@ def test_the_json_report_names_versions_stores_and_every_test(project: Any) -> N
     third_party = report["stores"]["nothing-more"]
     assert third_party["distribution"] == "durable-broken-stores"
     assert third_party["version"] == "0.0.1"
-    assert third_party["capabilities"] == ["atomic-arrive", "enumerate", "transact"]
+    assert third_party["capabilities"] == ["atomic-arrive", "enumerate", "lifecycle", "transact"]
     assert third_party["server"].startswith("process memory")
     assert third_party["certified"] is False
     assert third_party["complete"] is False
@@ -317,12 +317,12 @@ def test_list_stores_names_versions_schemes_and_capabilities(project: Any) -> No
     assert result.ret == 0
     result.stdout.fnmatch_lines(["durable stores (durable-core *):"])
     result.stdout.fnmatch_lines(
-        ["  memory * durable-core * memory://  [[]atomic-arrive, enumerate, transact]*"]
+        ["  memory * durable-core * memory://  [[]atomic-arrive, enumerate, lifecycle, transact]*"]
     )
     result.stdout.fnmatch_lines(
         [
             "  undeclared-transact * durable-broken-stores 0.0.1  undeclared-transact://  "
-            "[[]atomic-arrive, enumerate]*"
+            "[[]atomic-arrive, enumerate, lifecycle]*"
         ]
     )
     assert "collected" not in result.stdout.str()

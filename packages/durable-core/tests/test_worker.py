@@ -7,18 +7,38 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
+import socket
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from durable.clock import ManualClock
-from durable.interfaces import Delivery, Durable, Pass, Recorded, StoreUnavailable
+from durable.durable import SplitDurable
+from durable.interfaces import (
+    Began,
+    Delivery,
+    Durable,
+    Entry,
+    LifecycleNotOffered,
+    Pass,
+    Recorded,
+    Settlement,
+    Status,
+    StoreUnavailable,
+    WorkflowStatus,
+)
 from durable.memory import MemoryCheckpointer, MemoryDurable, MemoryScheduler
+from durable.parsers import exactly
+from durable.policy import RetryPolicy
 from durable.run import DEFAULT_LIVENESS, Run, resume
 from durable.worker import work
+from durable.workflows import Kind, WorkflowFailed, Workflows
 
 WORKFLOW = "wf-payout-1"
+LONG = timedelta(minutes=10)
 POLL = timedelta(milliseconds=10)
 QUICK: dict[str, Any] = {"poll": POLL, "tick": POLL}
 
@@ -91,9 +111,54 @@ def spied(clock: ManualClock | None = None, **options: Any) -> tuple[MemoryDurab
     return MemoryDurable(MemoryCheckpointer(clock=clock), spy), spy
 
 
+class Plain:
+    """A checkpointer that offers only the ``Checkpointer`` methods: the memory store as a
+    third party's store without lifecycle looks to the worker."""
+
+    def __init__(self, inner: MemoryCheckpointer) -> None:
+        self.inner = inner
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        return await self.inner.load(workflow)
+
+    async def history(self, workflow: str) -> list[Entry]:
+        return await self.inner.history(workflow)
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        return await self.inner.claim(workflow, liveness=liveness, budget=budget)
+
+    async def renew(self, holder: Pass) -> Pass:
+        return await self.inner.renew(holder)
+
+    async def release(self, holder: Pass) -> None:
+        await self.inner.release(holder)
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        return await self.inner.record(holder, key, value)
+
+    async def transact(self, holder: Pass, key: str, effect: Any) -> Recorded:
+        return await self.inner.transact(holder, key, effect)
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        return await self.inner.supply(workflow, key, value)
+
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        return await self.inner.append(workflow, value, message_id=message_id)
+
+    async def discard(self, workflow: str) -> None:
+        await self.inner.discard(workflow)
+
+
+def plain(inner: MemoryCheckpointer, scheduler: MemoryScheduler) -> SplitDurable[Any]:
+    """``inner`` and ``scheduler`` as a store without lifecycle."""
+    return SplitDurable(Plain(inner), scheduler)
+
+
 @contextlib.asynccontextmanager
 async def working(
-    durable: Durable[Any], body: Callable[[Run[Any]], Awaitable[object]], **options: Any
+    durable: Durable[Any],
+    body: Callable[[Run[Any]], Awaitable[object]] | Workflows | Kind[Any, Any],
+    **options: Any,
 ) -> AsyncIterator[asyncio.Task[None]]:
     worker = asyncio.ensure_future(work(durable, body, **{**QUICK, **options}))
     try:
@@ -281,10 +346,12 @@ async def test_a_fenced_pass_is_deferred_and_later_finishes(clock: ManualClock) 
     assert await durable.checkpointer.load(WORKFLOW) == {"payout": "po_2"}
 
 
-async def test_a_failing_body_is_logged_with_its_workflow_and_retried_after_retry(
+async def test_without_lifecycle_a_failing_body_is_logged_and_retried_after_retry(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    durable, spy = spied(clock)
+    """The previous release's path, kept for a store that offers no lifecycle."""
+    spy = Spy(clock=clock)
+    durable = plain(MemoryCheckpointer(clock=clock), spy)
     retry = timedelta(seconds=7)
     passes = 0
 
@@ -354,6 +421,20 @@ class CutCheckpointer(MemoryCheckpointer):
         self.switch.reach("release")
         await super().release(holder)
 
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        self.switch.reach("begin")
+        return await super().begin(workflow, liveness=liveness, budget=budget, owner=owner)
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        self.switch.reach("beat")
+        return await super().beat(holder, step)
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        self.switch.reach("settle")
+        await super().settle(holder, settlement)
+
 
 class CutScheduler(Spy):
     def __init__(self, switch: Switch, **options: Any) -> None:
@@ -393,14 +474,23 @@ def cuttable(
     return MemoryDurable(CutCheckpointer(switch, clock), scheduler), scheduler, switch
 
 
+def cuttable_plain(
+    clock: ManualClock | None = None,
+) -> tuple[SplitDurable[Any], CutScheduler, Switch]:
+    """``cuttable``, as a store without lifecycle (the worker's path for a bare body)."""
+    switch = Switch()
+    scheduler = CutScheduler(switch, clock=clock)
+    return plain(CutCheckpointer(switch, clock), scheduler), scheduler, switch
+
+
 def worker_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "durable.worker"]
 
 
-async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_delivery_stays_out(
+async def test_without_lifecycle_a_pass_cut_short_by_an_outage_leaves_its_delivery_out(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    durable, spy, switch = cuttable(clock)
+    durable, spy, switch = cuttable_plain(clock)
     midway = asyncio.Event()
     go_on = asyncio.Event()
     passes = 0
@@ -439,7 +529,7 @@ async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_deliv
     assert tracebacks[0].exc_info is not None
     assert isinstance(tracebacks[0].exc_info[1], StoreUnavailable)
     first = tracebacks[0].getMessage()
-    assert "store outage: MemoryDurable" in first
+    assert "store outage: SplitDurable" in first
     assert f"running workflow {WORKFLOW!r}" in first
     assert "could not reach the test store for record" in first
     assert "delivery stays out" in first
@@ -450,10 +540,10 @@ async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_deliv
     assert not [r for r in caplog.records if r.name == "durable.run" and r.levelno > logging.DEBUG]
 
 
-async def test_an_answer_lost_to_an_outage_leaves_the_delivery_out_and_the_next_pass_finishes(
+async def test_without_lifecycle_an_answer_lost_to_an_outage_is_replayed_by_the_next_pass(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    durable, spy, switch = cuttable(clock)
+    durable, spy, switch = cuttable_plain(clock)
     passes = 0
 
     async def body(run: Run[Any]) -> str:
@@ -538,7 +628,8 @@ async def test_an_unknown_error_from_the_store_is_still_a_body_failure(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A third-party store that raises its driver's own errors still works, as before."""
-    durable, spy = spied(clock)
+    spy = Spy(clock=clock)
+    durable = plain(MemoryCheckpointer(clock=clock), spy)
     passes = 0
 
     async def body(run: Run[Any]) -> None:
@@ -893,3 +984,490 @@ async def test_work_refuses_a_pool_of_fewer_than_one(limit: int) -> None:
     with pytest.raises(ValueError, match="limit"):
         await asyncio.wait_for(work(durable, body, limit=limit), 1)
     assert spy.calls == []
+
+
+# -- workflows by kind: attempts, backoff and the outcome --------------------------------
+
+
+def exact(**policy: Any) -> RetryPolicy:
+    """A policy without jitter, so a test knows every wait to the microsecond."""
+    return RetryPolicy(**{"jitter": 0.0, **policy})
+
+
+async def status_of(durable: MemoryDurable, workflow: str = WORKFLOW) -> WorkflowStatus:
+    found = await durable.checkpointer.status(workflow)
+    assert found is not None, f"{workflow!r} has no status"
+    return found
+
+
+async def test_a_failing_kind_backs_off_by_its_policy_and_fails_with_the_last_error(
+    clock: ManualClock,
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout", policy=exact(max_attempts=3, initial=timedelta(seconds=2)))
+    async def payout(run: Run[Any], order: object) -> None:
+        nonlocal runs
+        runs += 1
+        raise ValueError(f"card declined ({runs})")
+
+    await durable.start(payout, WORKFLOW, {"amount": 5})
+    async with working(durable, registry, clock=clock):
+        for attempt, wait in ((1, 2), (2, 4)):
+            assert (await spy.answer())[0::2] == ("wake_at", clock.now() + timedelta(seconds=wait))
+            st = await status_of(durable)
+            assert (st.status, st.attempts) == (Status.SLEEPING, attempt)
+            assert st.failure is not None
+            assert str(st.failure) == f"ValueError: card declined ({attempt})"
+            assert st.until == clock.now() + timedelta(seconds=wait)
+            assert await durable.checkpointer.claimed(WORKFLOW) is None
+            clock.advance(timedelta(seconds=wait))
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert (st.status, st.attempts, runs) == (Status.FAILED, 3, 3)
+    assert st.failure is not None
+    assert (st.failure.type, st.failure.message, st.failure.attempts) == (
+        "ValueError",
+        "card declined (3)",
+        3,
+    )
+    with pytest.raises(WorkflowFailed, match="failed after 3 attempts: ValueError: card declined"):
+        await durable.handle(WORKFLOW).result()
+
+
+async def test_the_jitter_source_is_the_workers_random(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+
+    @registry.kind("payout", policy=RetryPolicy(initial=timedelta(seconds=10), jitter=0.5))
+    async def payout(run: Run[Any], order: object) -> None:
+        raise ValueError("declined")
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock, random=lambda: 1.0):
+        assert (await spy.answer())[0::2] == ("wake_at", clock.now() + timedelta(seconds=5))
+
+
+async def test_passes_lost_to_crashes_are_counted_and_end_as_pass_lost(clock: ManualClock) -> None:
+    """A pass begun and never settled is counted by its begin alone, so a crash loop ends
+    after max_attempts deaths, without the body running again."""
+    durable, spy = spied(clock)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout", policy=exact(max_attempts=3))
+    async def payout(run: Run[Any], order: object) -> None:
+        nonlocal runs
+        runs += 1
+
+    await durable.start(payout, WORKFLOW)
+    liveness = timedelta(seconds=30)
+    for death in range(1, 4):
+        began = await durable.checkpointer.begin(
+            WORKFLOW, liveness=liveness, budget=LONG, owner=f"host:{death}"
+        )
+        assert began is not None
+        assert began.attempts == death
+        assert began.lost == (f"host:{death - 1}" if death > 1 else None)
+        clock.advance(liveness)  # the process died: nobody renews or settles
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    assert runs == 0
+    st = await status_of(durable)
+    assert st.failure is not None
+    assert (st.status, st.attempts, st.failure.type, st.failure.attempts) == (
+        Status.FAILED,
+        3,
+        "durable.PassLost",
+        3,
+    )
+    assert st.failure.message == (
+        "attempt 3 of 3 never ended (it ran on host:3): its process died or stalled past its "
+        "liveness"
+    )
+
+
+async def test_an_outage_in_a_pass_gives_its_attempt_back(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    retry = timedelta(seconds=7)
+    runs = 0
+
+    @registry.kind("payout", policy=exact(max_attempts=1))
+    async def payout(run: Run[Any], order: object) -> str:
+        nonlocal runs
+        runs += 1
+        if runs < 3:
+            raise StoreUnavailable("the server went away")
+        return "paid"
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock, retry=retry):
+        for _ in range(2):
+            assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+            st = await status_of(durable)
+            assert (st.status, st.attempts) == (Status.SLEEPING, 0)
+            clock.advance(retry)
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert (st.status, st.attempts, st.value) == (Status.FINISHED, 1, "paid")
+
+
+async def test_a_pass_fenced_by_its_budget_gives_its_attempt_back(clock: ManualClock) -> None:
+    durable, spy = spied(clock, lease=timedelta(hours=1))
+    registry = Workflows()
+    retry = timedelta(seconds=5)
+    stuck = asyncio.Event()
+
+    @registry.kind("payout", policy=exact(max_attempts=1))
+    async def payout(run: Run[Any], order: object) -> None:
+        stuck.set()
+        await asyncio.Event().wait()
+
+    await durable.start(payout, WORKFLOW)
+    options = {"liveness": timedelta(seconds=0.06), "budget": timedelta(minutes=1)}
+    async with working(durable, registry, clock=clock, retry=retry, **options):
+        await asyncio.wait_for(stuck.wait(), 2)
+        clock.advance(timedelta(minutes=2))  # the budget is spent; the next beat is refused
+        assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+    st = await status_of(durable)
+    assert (st.status, st.attempts) == (Status.SLEEPING, 0)
+
+
+async def test_the_running_status_names_the_worker_and_the_step_in_flight(
+    clock: ManualClock,
+) -> None:
+    durable, _ = spied(clock)
+    registry = Workflows()
+    charging = asyncio.Event()
+    release = asyncio.Event()
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        async def charge() -> str:
+            charging.set()
+            await release.wait()
+            return "ch-1"
+
+        return await run.step("charge", charge, exactly(str))
+
+    await durable.start(payout, WORKFLOW)
+    async with working(
+        durable, registry, clock=clock, name="host-a:4242", liveness=timedelta(seconds=0.06)
+    ):
+        await asyncio.wait_for(charging.wait(), 2)
+        await eventually(lambda: durable.checkpointer._lives[WORKFLOW].step == "charge")
+        st = await status_of(durable)
+        assert (st.status, st.owner, st.step, st.attempts) == (
+            Status.RUNNING,
+            "host-a:4242",
+            "charge",
+            1,
+        )
+        release.set()
+        assert await durable.handle(WORKFLOW).result(timeout=2) == "ch-1"
+
+
+async def test_a_kind_this_worker_does_not_serve_is_deferred_not_failed(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    retry = timedelta(seconds=5)
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> None:
+        return None
+
+    await durable.start("invoice", "inv-1")
+    await durable.start("invoice", "inv-2")
+    with caplog.at_level(logging.WARNING, logger="durable.worker"):
+        async with working(durable, registry, clock=clock, retry=retry):
+            for _ in range(2):
+                assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+    for workflow in ("inv-1", "inv-2"):
+        st = await status_of(durable, workflow)
+        assert (st.status, st.attempts, st.kind) == (Status.SLEEPING, 0, "invoice")
+    warned = [r for r in worker_records(caplog) if "kind 'invoice'" in r.getMessage()]
+    assert len(warned) == 1, "the unserved kind was warned about more than once"
+    assert "this worker serves payout" in warned[0].getMessage()
+
+
+async def test_a_workflow_without_a_kind_runs_as_the_registrys_default(
+    clock: ManualClock,
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        return await run.receive("order", exactly(str))
+
+    await durable.send(WORKFLOW, "o-1")
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert (st.status, st.kind, st.value) == (Status.FINISHED, None, "o-1")
+
+
+async def test_an_input_the_kind_refuses_fails_the_workflow_at_once(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout", input=exactly(int))
+    async def payout(run: Run[Any], amount: int) -> int:
+        nonlocal runs
+        runs += 1
+        return amount
+
+    await durable.start("payout", WORKFLOW, "a lot")  # by name: nothing parsed it
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert st.failure is not None
+    assert (st.status, st.failure.type, runs) == (Status.FAILED, "durable.run.ParseFailed", 0)
+    assert "expected int, got str 'a lot'" in st.failure.message
+
+
+async def test_a_value_the_store_cannot_keep_is_the_bodys_failure(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+
+    @registry.kind("payout", policy=exact(max_attempts=1))
+    async def payout(run: Run[Any], order: object) -> object:
+        return object()
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert st.failure is not None
+    assert (st.status, st.failure.type) == (Status.FAILED, "durable.codec.UnencodableValue")
+
+
+async def test_the_outcome_lands_before_the_answer_so_a_lost_answer_runs_nothing_again(
+    clock: ManualClock,
+) -> None:
+    """Truth before queue: an answer lost to an outage leaves the delivery out, and the pass
+    that takes it next finds the workflow finished and only answers for it."""
+    switch = Switch()  # the scheduler's alone: the checkpointer stays up
+    spy = CutScheduler(switch, clock=clock)
+    durable = MemoryDurable(MemoryCheckpointer(clock=clock), spy)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            switch.down = True  # the scheduler's server goes away before the answer
+        return "paid"
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock):
+        await eventually(lambda: "done" in switch.refused)
+        assert (await status_of(durable)).status == Status.FINISHED
+        switch.down = False
+        clock.advance(spy.lease)
+        assert (await spy.answer())[0] == "done"
+    assert runs == 1
+
+
+async def test_a_registry_on_a_store_without_lifecycle_is_refused_before_any_work() -> None:
+    spy = Spy()
+    with pytest.raises(LifecycleNotOffered, match="cannot run workflows by kind"):
+        await work(plain(MemoryCheckpointer(), spy), Workflows.of(noop), **QUICK)
+    assert spy.calls == []
+
+
+async def test_a_bare_body_on_a_store_without_lifecycle_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    spy = Spy()
+    with caplog.at_level(logging.WARNING, logger="durable.worker"):
+        async with working(plain(MemoryCheckpointer(), spy), noop):
+            await asyncio.sleep(0.05)
+    warned = [r for r in worker_records(caplog) if "does not offer lifecycle" in r.getMessage()]
+    assert len(warned) == 1
+    assert "retried every 0:00:05 without bound" in warned[0].getMessage()
+
+
+async def noop(run: Run[Any]) -> None:
+    return None
+
+
+async def test_a_worker_is_named_after_its_host_and_process_by_default() -> None:
+    durable = MemoryDurable()
+    registry = Workflows()
+    running = asyncio.Event()
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> None:
+        running.set()
+        await asyncio.Event().wait()
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry):
+        await asyncio.wait_for(running.wait(), 2)
+        assert (await status_of(durable)).owner == f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def test_an_outage_that_outlasts_the_pass_costs_that_attempt_and_no_more(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store goes away mid-pass and stays away through the settle that would give the
+    attempt back: the delivery stays out, the pass stays counted (its claim lapses as a dead
+    pass's would), and the next pass, once the store is back, says so and finishes."""
+    durable, spy, switch = cuttable(clock)
+    registry = Workflows()
+    midway, go_on = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        nonlocal runs
+        runs += 1
+        reserved = await run.step("reserve", lambda: "r-1", exactly(str))
+        if runs == 1:
+            midway.set()
+            await go_on.wait()
+        return await run.step("pay", lambda: f"{reserved}/paid", exactly(str))
+
+    await durable.start(payout, WORKFLOW)
+    with caplog.at_level(logging.INFO, logger="durable.worker"):
+        async with working(durable, registry, clock=clock):
+            await asyncio.wait_for(midway.wait(), 2)
+            switch.down = True
+            go_on.set()
+            await eventually(lambda: "settle" in switch.refused)
+            await asyncio.sleep(0.05)
+            assert spy.answers == []
+            switch.down = False
+            clock.advance(max(spy.lease, DEFAULT_LIVENESS))
+            assert (await spy.answer())[0] == "done"
+    assert runs == 2
+    st = await status_of(durable)
+    assert (st.status, st.attempts, st.value) == (Status.FINISHED, 2, "r-1/paid")
+    messages = [r.getMessage() for r in worker_records(caplog)]
+    assert any("gives its attempt back" in m for m in messages), messages
+    assert any("never ended; attempt 2 of 10" in m for m in messages), messages
+    assert not [m for m in messages if "failed" in m and "attempt" in m and "of 10 failed" in m]
+
+
+async def test_a_kindless_workflow_waits_when_the_registry_names_no_default(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    retry = timedelta(seconds=5)
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> None:
+        return None
+
+    @registry.kind("refund")
+    async def refund(run: Run[Any], order: object) -> None:
+        return None
+
+    await durable.send(WORKFLOW, "written by the previous release")
+    with caplog.at_level(logging.WARNING, logger="durable.worker"):
+        async with working(durable, registry, clock=clock, retry=retry):
+            assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+    st = await status_of(durable)
+    assert (st.status, st.attempts, st.kind) == (Status.SLEEPING, 0, None)
+    [warned] = [r for r in worker_records(caplog) if "no recorded kind" in r.getMessage()]
+    assert "this registry has no default" in warned.getMessage()
+
+
+class Counting(MemoryCheckpointer):
+    """The memory store, counting every call a worker makes of it."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.calls: Counter[str] = Counter()
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        self.calls["begin"] += 1
+        return await super().begin(workflow, liveness=liveness, budget=budget, owner=owner)
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        self.calls["load"] += 1
+        return await super().load(workflow)
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        self.calls["record"] += 1
+        return await super().record(holder, key, value)
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        self.calls["settle"] += 1
+        await super().settle(holder, settlement)
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        self.calls["claim"] += 1
+        return await super().claim(workflow, liveness=liveness, budget=budget)
+
+    async def release(self, holder: Pass) -> None:
+        self.calls["release"] += 1
+        await super().release(holder)
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        self.calls["beat"] += 1
+        return await super().beat(holder, step)
+
+
+async def test_a_pass_makes_the_same_writes_as_before_lifecycle_and_a_step_none_more(
+    clock: ManualClock,
+) -> None:
+    """begin stands for claim and settle for release: a five-step pass is one begin, one
+    load, five records and one settle, and nothing else."""
+    counting = Counting(clock=clock)
+    spy = Spy(clock=clock)
+    durable = MemoryDurable(counting, spy)
+    registry = Workflows()
+
+    @registry.kind("five")
+    async def five(run: Run[Any], order: object) -> int:
+        for i in range(5):
+            await run.step(f"step-{i}", lambda i=i: i, exactly(int))
+        return 5
+
+    await durable.start(five, WORKFLOW)
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    assert counting.calls == Counter({"begin": 1, "load": 1, "record": 5, "settle": 1})
+
+
+async def test_a_pass_cancelled_by_a_stopping_worker_gives_its_attempt_back(
+    clock: ManualClock,
+) -> None:
+    """A deploy that stops a worker past its grace interrupts the pass, which did nothing
+    wrong: it is not counted, and its delivery stays out for the next worker."""
+    durable, spy = spied(clock)
+    registry = Workflows()
+    stop = asyncio.Event()
+    in_pass = asyncio.Event()
+
+    @registry.kind("long")
+    async def long(run: Run[Any], order: object) -> None:
+        in_pass.set()
+        await asyncio.Event().wait()
+
+    taken_at = clock.now()
+    await durable.start(long, WORKFLOW)
+    worker = asyncio.ensure_future(
+        work(durable, registry, stop=stop, grace=timedelta(milliseconds=50), clock=clock, **QUICK)
+    )
+    await asyncio.wait_for(in_pass.wait(), 2)
+    stop.set()
+    await asyncio.wait_for(worker, 2)
+    assert spy.answers == []
+    assert await spy.scheduled(WORKFLOW) == taken_at + spy.lease
+    st = await status_of(durable)
+    assert (st.status, st.attempts) == (Status.SLEEPING, 0)
+    assert await durable.checkpointer.claimed(WORKFLOW) is None
