@@ -37,7 +37,8 @@ def test_the_checkpointer_is_a_lifecycle(store: SqliteDurable) -> None:
 
 async def test_start_records_and_queues_in_one_commit(store: SqliteDurable, path: Path) -> None:
     admitted = await store._admit_and_queue("o-1", "payout", {"amount": 120}, "default")
-    assert admitted.created and admitted.queue
+    assert admitted.created
+    assert admitted.queue
     assert admitted.status.status is Status.READY
     assert query(path, "SELECT kind, status FROM durable_workflow") == [("payout", "ready")]
     assert await store.scheduler.scheduled("o-1") is not None
@@ -71,7 +72,8 @@ async def test_a_conflicting_start_writes_nothing_anywhere(
     )
     with pytest.raises(StartConflict) as refused:
         await store._admit_and_queue("o-1", "refund", 1, "default")
-    assert "'payout'" in str(refused.value) and "'refund'" in str(refused.value)
+    assert "'payout'" in str(refused.value)
+    assert "'refund'" in str(refused.value)
     with pytest.raises(StartConflict):
         await store._admit_and_queue("o-1", "payout", 2, "default")
     after = (
@@ -87,7 +89,8 @@ async def test_cancel_marks_fences_and_unqueues_in_one_commit(
     cp = store.checkpointer
     await store._admit_and_queue("o-1", "payout", 1, "default")
     began = await cp.begin("o-1", liveness=LIVENESS, budget=BUDGET, owner="host:1")
-    assert began is not None and began.holder is not None
+    assert began is not None
+    assert began.holder is not None
     cancelled = await store._withdraw_and_cancel("o-1")
     assert cancelled.status is Status.CANCELLED
     assert await store.scheduler.scheduled("o-1") is None
@@ -144,7 +147,8 @@ def test_each_listing_walks_an_index_from_its_cursor(name: str, index: str) -> N
     finally:
         raw.close()
     searches = [step for step in plan if step.startswith("SEARCH") and index in step]
-    assert searches and all("(updated_at,workflow)<(?,?)" in step for step in searches), plan
+    assert searches, plan
+    assert all("(updated_at,workflow)<(?,?)" in step for step in searches), plan
     assert not any(step.startswith("SCAN durable_workflow") for step in plan), plan
     if name != "list_kind":
         assert not any("TEMP B-TREE" in step for step in plan), plan

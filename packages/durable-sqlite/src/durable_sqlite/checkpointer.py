@@ -498,7 +498,10 @@ class SqliteCheckpointer:
     def _readmit_in(self, raw: sqlite3.Connection, workflow: str) -> Any:
         life = raw.execute(self._life["life"], {"workflow": workflow}).fetchone()
         if life is None:
-            raise _unknown(workflow, "retry")
+            if not raw.execute(self._life["has_records"], {"workflow": workflow}).fetchone()[0]:
+                raise _unknown(workflow, "retry")
+            # Records but no row: made by arrive or send and never run, so waiting.
+            raise NotRetryable(workflow, Status.BLOCKED)
         if life[2] not in (Status.FAILED, Status.CANCELLED):
             raise NotRetryable(workflow, Status(life[2]))
         raw.execute(self._life["readmit_life"], {"workflow": workflow, "now": self._now()})
@@ -526,9 +529,15 @@ class SqliteCheckpointer:
         pages), so a page costs the page however many rows the table holds."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
-        wanted = None if status is None else Status(status)
-        if kind is not None and not isinstance(kind, str):
-            raise TypeError(f"kind must be a str or None, got {kind!r}")
+        if kind is not None:
+            check_kind(kind)
+        wanted = None
+        if status is not None:
+            try:
+                wanted = Status(str(status))
+            except ValueError:
+                known = ", ".join(s.value for s in Status)
+                raise ValueError(f"no status {status!r}; a workflow is one of {known}") from None
         at, wf = _after(cursor)
         params = {"status": wanted, "kind": kind, "limit": limit + 1, "at": at, "wf": wf}
         if wanted is None:
