@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from durable.interfaces import Status, WorkflowStatus
+from durable.worker import work
+from durable.workflows import Workflows
 from durable_sqlite import SqliteDurable, connect
 from durable_sqlite.connection import SCHEMA_VERSION
 
@@ -163,3 +165,46 @@ async def test_a_failed_migration_leaves_the_file_at_version_1(path: Path) -> No
     raw.close()
     async with connect(path) as connection:
         assert len(await statuses(SqliteDurable.over(connection))) == 4
+
+
+async def wait_for(
+    store: SqliteDurable, workflow: str, status: Status, within: float = 10.0
+) -> WorkflowStatus:
+    give_up = asyncio.get_running_loop().time() + within
+    while True:
+        found = await store.checkpointer.status(workflow)
+        if found is not None and found.status is status:
+            return found
+        if asyncio.get_running_loop().time() > give_up:
+            raise AssertionError(f"{workflow} is {found} after {within}s, not {status}")
+        await asyncio.sleep(0.02)
+
+
+async def test_the_old_workflows_run_on_under_the_new_worker(path: Path) -> None:
+    """The old body, served as a one-kind registry, finishes what the old release began:
+    the queued workflow at once, the blocked one when its value arrives."""
+    restore(path)
+    v1 = fixture_module()
+    kinds = Workflows.of(v1.body)
+    async with connect(path) as connection:
+        store = SqliteDurable.over(connection)
+        stop = asyncio.Event()
+        worker = asyncio.ensure_future(
+            work(store, kinds, poll=timedelta(milliseconds=20), stop=stop, name="upgrade-test")
+        )
+        try:
+            queued = await wait_for(store, "v1-queued", Status.FINISHED)
+            assert queued.value == {"greeting": "hello v1-queued", "message": {"order": 7}}
+            assert queued.kind is None  # never started with a kind; ran as the default
+            await store.arrive("v1-blocked", "approval", "granted")
+            blocked = await wait_for(store, "v1-blocked", Status.FINISHED)
+            assert blocked.value == {"greeting": "hello v1-blocked", "approval": "granted"}
+            assert blocked.attempts == 1
+        finally:
+            stop.set()
+            await worker
+        # The sleeper sleeps on, for a century; the handle reads it like any other.
+        sleeping = await store.handle("v1-sleeping").status()
+        assert sleeping.status is Status.SLEEPING
+        assert sleeping.until is not None
+        assert sleeping.until > datetime.now(UTC) + timedelta(days=3650)
