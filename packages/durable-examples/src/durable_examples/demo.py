@@ -41,7 +41,7 @@ from typing import IO, Any, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
 import durable
-from durable.interfaces import Durable, Entry, Interruption, Status, WorkflowStatus
+from durable.interfaces import Durable, Entry, Interruption, Lifecycle, Status, WorkflowStatus
 from durable.plugins import for_url
 from durable.run import Finished, resume
 from durable.workflows import LifecycleDurable
@@ -355,7 +355,7 @@ async def run_demo(
     report.line(f"  gateway ledger {gateway_path}, worker logs {data}/worker-{tag}-N.log")
 
     async with durable.open(url) as store:
-        if not isinstance(store, LifecycleDurable):
+        if not isinstance(store, LifecycleDurable) or not isinstance(store.checkpointer, Lifecycle):
             report.line(f"the store at {url} does not offer lifecycle (start, status)")
             return 2
         stock = stock_for(store)
