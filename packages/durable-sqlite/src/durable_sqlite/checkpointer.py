@@ -81,6 +81,11 @@ class SqliteCheckpointer:
     commit. ``clock`` is the store's clock for history stamps and leases alike: SQLite's
     own when ``None`` (the default, and what every process on the file then shares), or a
     :class:`~durable.Clock` read inside each transaction (a ``ManualClock`` in tests).
+
+    Also a :class:`~durable.interfaces.Lifecycle` (the ``lifecycle`` capability): each
+    workflow's kind, input, status, attempts and outcome in ``durable_workflow``, written by
+    ``begin``, ``beat`` and ``settle`` inside the claim's, the renewal's and the release's
+    own transactions, so a pass commits no more often than it did without lifecycle.
     """
 
     def __init__(
