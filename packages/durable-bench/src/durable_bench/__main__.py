@@ -323,7 +323,8 @@ _MEANINGS = (
     "x raw, on throughput rows (N workflows concurrently): steps per second over the raw "
     "driver's operations per second from as many tasks; higher is better, 1.00 is as fast "
     "as the bare driver.",
-    "Times are in milliseconds; per s is operations (or steps) per second.",
+    "Times are in milliseconds; per s is operations (or steps) per second, and workflows "
+    "per second on the start -> outcome rows.",
 )
 
 LEGEND = [
