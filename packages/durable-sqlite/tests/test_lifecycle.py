@@ -3,6 +3,7 @@ both halves, listing that walks an index, and a busy file that is an outage."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -197,3 +198,45 @@ async def test_a_busy_file_is_an_outage_that_wrote_nothing(path: Path) -> None:
         assert "busy" in str(busy.value)
         assert await store.checkpointer.status("o-1") is None
         await store._admit_and_queue("o-1", "payout", 1, "default")
+
+
+async def test_lifecycle_adds_no_commit_to_a_pass_or_a_step(store: SqliteDurable) -> None:
+    """The design's promise, counted on the connection: begin, beat and settle are the
+    claim's, renewal's and release's own transactions. A 5-step workflow from start to
+    outcome under a running worker commits ten times (start, take, begin, five steps,
+    settle, done), exactly what make_ready, take, claim, five steps, release and done did
+    before lifecycle."""
+    from durable import Workflows
+    from durable.parsers import exactly
+    from durable.run import Run
+    from durable.worker import work
+    from durable_sqlite.connection import on_thread
+
+    kinds = Workflows()
+
+    @kinds.kind("five")
+    async def five(run: Run[object], _: object) -> int:
+        for i in range(5):
+            await run.step(f"s{i}", lambda i=i: i, exactly(int))
+        return 5
+
+    commits: list[str] = []
+
+    def trace(statement: str) -> None:
+        if statement.strip().upper() == "COMMIT":
+            commits.append(statement)
+
+    stop = asyncio.Event()
+    worker = asyncio.ensure_future(work(store, kinds, poll=timedelta(milliseconds=20), stop=stop))
+    await asyncio.sleep(0.2)  # past the worker's start-up (its scheduler.prepare commits once)
+    await on_thread(store.connection, lambda raw: raw.set_trace_callback(trace))
+    try:
+        handle = await store.start(five, "wf-1")
+        assert await handle.result(timeout=10) == 5
+        while await store.scheduler.scheduled("wf-1") is not None:
+            await asyncio.sleep(0.01)  # the worker answers the delivery after the settle
+    finally:
+        await on_thread(store.connection, lambda raw: raw.set_trace_callback(None))
+        stop.set()
+        await worker
+    assert len(commits) == 10, commits
