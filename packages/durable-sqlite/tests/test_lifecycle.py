@@ -233,8 +233,10 @@ async def test_lifecycle_adds_no_commit_to_a_pass_or_a_step(store: SqliteDurable
     try:
         handle = await store.start(five, "wf-1")
         assert await handle.result(timeout=10) == 5
-        while await store.scheduler.scheduled("wf-1") is not None:
-            await asyncio.sleep(0.01)  # the worker answers the delivery after the settle
+        for _ in range(500):  # the worker answers the delivery just after the settle
+            if await store.scheduler.scheduled("wf-1") is None:
+                break
+            await asyncio.sleep(0.01)
     finally:
         await on_thread(store.connection, lambda raw: raw.set_trace_callback(None))
         stop.set()
