@@ -8,7 +8,9 @@ import sys
 
 from durable_bench.__main__ import (
     DEFAULT_FANOUT,
+    DEFAULT_LISTING_SIZE,
     DEFAULT_STEPS,
+    DEFAULT_WORKFLOWS,
     LEGEND,
     THROUGHPUT,
     Row,
@@ -123,5 +125,35 @@ def test_the_parser_reads_what_the_help_promises() -> None:
     assert args.store is None
     assert args.json is None
     assert args.url == []
+    assert (args.workflows, args.listing_size) == (DEFAULT_WORKFLOWS, DEFAULT_LISTING_SIZE)
+    assert DEFAULT_LISTING_SIZE == 100_000  # the "100 failed among 100,000 finished"
     args = parser().parse_args(["--store", "memory", "--steps", "10", "--fanout"])
     assert (args.store, args.steps, args.fanout) == ("memory", 10, [])
+
+
+def test_a_store_offering_lifecycle_gets_the_start_to_outcome_and_listing_rows() -> None:
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durable_bench",
+            "--store",
+            "memory",
+            "--steps",
+            "10",
+            "--fanout",
+            "--workflows",
+            "5",
+            "--listing-size",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    rows = [line for line in ran.stdout.splitlines() if line.startswith("memory ")]
+    names = [" ".join(line.split()[1:]) for line in rows]
+    assert any(n.startswith("start -> outcome, 5 steps (limit 1) ") for n in names), names
+    assert any(n.startswith("start -> outcome, 5 steps (limit 16) ") for n in names), names
+    assert any(n.startswith("list 100 failed among 30 finished ") for n in names), names

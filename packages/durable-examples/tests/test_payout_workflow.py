@@ -21,7 +21,7 @@ from durable.run import Blocked, Finished, Outcome, Run, Sleeping, resume
 from durable_examples.fulfilment import fulfilment_workflow
 from durable_examples.gateway import Gateway
 from durable_examples.ledger import Books, audit
-from durable_examples.orders import Line, Order
+from durable_examples.orders import Line, Order, as_mapping
 from durable_examples.service import OrderFailed, payout
 from durable_examples.stock import MemoryStock, StockLedger, UnknownStore, as_movement, stock_for
 
@@ -378,3 +378,62 @@ def test_the_audit_names_an_order_whose_stock_moved_twice() -> None:
 
     assert any(f.startswith("order-7: stock should have moved") for f in failures)
     assert any("line A7 should be one capture of 90" in f for f in failures)
+
+
+# -- kinds and start -------------------------------------------------------------------------
+
+
+async def test_an_order_started_as_the_payout_kind_runs_to_its_outcome_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    """The order is the workflow's input: start parses it and records it with the kind, a
+    worker serving the registry runs it, and the outcome is the workflow's value."""
+    from durable.interfaces import Status
+    from durable.worker import work
+    from durable_examples.service import BY_MESSAGE, KIND, payout_workflows
+    from durable_sqlite import SqliteDurable, connect
+
+    async with connect(tmp_path / "store.db") as connection:
+        store = SqliteDurable.over(connection)
+        stock = stock_for(store)
+        await stock.prepare()
+        kinds = payout_workflows(
+            stock, Gateway(tmp_path / "gw.db"), store.checkpointer, settlement=SETTLEMENT / 20
+        )
+        assert kinds.default is kinds[BY_MESSAGE]
+        handle = await store.start(kinds[KIND], SMALL.id, SMALL.message())
+        # Submitted the old way, by message: no recorded kind, so it runs as the default.
+        await store.send(DECLINING.id, DECLINING.message())
+        stop = asyncio.Event()
+        worker = asyncio.ensure_future(
+            work(store, kinds, poll=timedelta(milliseconds=20), stop=stop)
+        )
+        try:
+            outcome = await handle.result(timeout=30, parse=as_mapping)
+            declined = await store.handle(DECLINING.id).result(timeout=30, parse=as_mapping)
+        finally:
+            stop.set()
+            await worker
+        status = await store.status(SMALL.id)
+        assert status is not None
+        assert (status.status, status.kind, status.input) == (
+            Status.FINISHED,
+            KIND,
+            SMALL.message(),
+        )
+    assert outcome["status"] == "paid"
+    assert outcome["total"] == SMALL.total
+    assert declined["status"] == "compensated"
+
+
+async def test_an_order_its_parser_refuses_is_refused_at_start_and_nothing_is_written(
+    shop: Shop,
+) -> None:
+    from durable.workflows import InputRefused
+    from durable_examples.service import KIND, payout_workflows
+
+    kinds = payout_workflows(shop.stock, shop.gateway, shop.durable.checkpointer)
+    repeated = {**SMALL.message(), "lines": [SMALL.lines[0].message()] * 2}
+    with pytest.raises(InputRefused, match="line ids must be unique"):
+        await shop.durable.start(kinds[KIND], SMALL.id, repeated)
+    assert await shop.durable.status(SMALL.id) is None

@@ -70,7 +70,11 @@ async def test_order_survives_vacuum(store: SqliteDurable, path: Path) -> None:
     assert list(await cp.load("wf"))[-1] == key
 
 
-def test_the_checkpoint_table_names_its_rowid_and_the_others_have_none(tmp_path: Path) -> None:
+def test_the_rowid_tables_are_the_checkpoint_and_the_lifecycle_and_the_others_have_none(
+    tmp_path: Path,
+) -> None:
+    """durable_workflow keeps a rowid too: its rows carry inputs, values and tracebacks of any
+    size, which SQLite advises against in a WITHOUT ROWID table."""
     from durable_sqlite.connection import schema
 
     raw = sqlite3.connect(tmp_path / "schema.db")
@@ -84,7 +88,8 @@ def test_the_checkpoint_table_names_its_rowid_and_the_others_have_none(tmp_path:
     assert set(tables) == set(TABLES)
     assert ("seq", "INTEGER", 1) in [(c[1], c[2], c[5]) for c in columns]
     assert "WITHOUT ROWID" not in tables["durable_checkpoint"]
-    for table in set(TABLES) - {"durable_checkpoint"}:
+    assert "WITHOUT ROWID" not in tables["durable_workflow"]
+    for table in set(TABLES) - {"durable_checkpoint", "durable_workflow"}:
         assert tables[table].rstrip().endswith("WITHOUT ROWID"), table
 
 

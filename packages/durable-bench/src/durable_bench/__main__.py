@@ -11,6 +11,16 @@ measured in the same run:
 * ``N workflows``: N concurrent passes, steps per second against raw ops per second
   from N tasks.
 
+And, on a store that offers lifecycle:
+
+* ``start -> outcome, 5 steps (limit L)``: ``--workflows`` workflows of a 5-step kind
+  started, one ``work`` running L passes at once, until every one is listed finished;
+  workflows per second, from the first ``start`` to the last outcome;
+* ``list 100 failed among N finished``: ``Lifecycle.statuses(status=FAILED, limit=100)``
+  over a store holding N finished workflows (``--listing-size``) and 100 failed ones,
+  filled through the protocol (admit, begin, settle), as p50 and p90: what
+  ``durable list --status failed`` costs, which must not grow with N.
+
 The table is printed with its legend (:data:`LEGEND`), because "x raw" reads the other way
 up on the throughput rows: a latency row's ratio is a cost (lower is better), a throughput
 row's a rate (higher is better).
@@ -34,8 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import durable
+from durable.interfaces import Failure, Lifecycle, Settlement, Status
 from durable.plugins import StorePlugin
 from durable.run import Run, resume
+from durable.worker import work
+from durable.workflows import LifecycleDurable, Workflows
 
 LATENCY, THROUGHPUT = "latency", "throughput"
 
@@ -184,6 +197,118 @@ async def _bench_store(
     return rows
 
 
+LIFECYCLE_STEPS = 5
+LIFECYCLE_LIMITS = (1, 16)
+FILL_AT_ONCE = 64
+LIVENESS = timedelta(minutes=5)
+BUDGET = timedelta(minutes=30)
+
+
+async def _start_to_outcome(store: LifecycleDurable[Any], label: str, count: int) -> list[Row]:
+    """Workflows per second from ``start`` to a recorded outcome, one worker, by limit."""
+    kinds = Workflows()
+
+    @kinds.kind("bench-five")
+    async def five(run: Run[Any], _: object) -> int:
+        for i in range(LIFECYCLE_STEPS):
+            await run.step(f"s{i}", lambda i=i: i, _one)
+        return LIFECYCLE_STEPS
+
+    rows = []
+    for limit in LIFECYCLE_LIMITS:
+        stop = asyncio.Event()
+        begun = time.perf_counter()
+        for i in range(count):
+            await store.start(five, f"bench-life-{limit}-{i}")
+        worker = asyncio.ensure_future(
+            work(store, kinds, limit=limit, poll=timedelta(milliseconds=50), stop=stop)
+        )
+        try:
+            while await _finished(store, f"bench-life-{limit}-") < count:
+                if worker.done():
+                    worker.result()  # the worker stopped: say why
+                await asyncio.sleep(0.01)
+            rate = count / (time.perf_counter() - begun)
+        finally:
+            stop.set()
+            await worker
+        rows.append(
+            Row(
+                label,
+                f"start -> outcome, {LIFECYCLE_STEPS} steps (limit {limit})",
+                0,
+                0,
+                rate,
+                note="workflows per second",
+                kind=THROUGHPUT,
+            )
+        )
+    return rows
+
+
+async def _finished(store: LifecycleDurable[Any], prefix: str) -> int:
+    """How many of the workflows named ``prefix...`` are listed finished (every page)."""
+    counted, cursor = 0, None
+    while True:
+        page = await store.list(status=Status.FINISHED, limit=1000, cursor=cursor)
+        counted += sum(1 for s in page.statuses if s.workflow.startswith(prefix))
+        cursor = page.cursor
+        if cursor is None:
+            return counted
+
+
+async def _fill(lifecycle: Lifecycle, prefix: str, count: int, failed: bool) -> None:
+    """``count`` workflows taken to their end through the protocol, 64 at a time."""
+    end = (
+        Settlement(Status.FAILED, 1, failure=Failure("bench.Failed", "on purpose", "", 1))
+        if failed
+        else Settlement(Status.FINISHED, 1, value=1)
+    )
+
+    async def one(i: int) -> None:
+        workflow = f"{prefix}{i}"
+        await lifecycle.admit(workflow, "bench-listed", None)
+        began = await lifecycle.begin(workflow, liveness=LIVENESS, budget=BUDGET, owner="bench")
+        assert began is not None
+        assert began.holder is not None
+        await lifecycle.settle(began.holder, end)
+
+    for first in range(0, count, FILL_AT_ONCE):
+        await asyncio.gather(*(one(i) for i in range(first, min(count, first + FILL_AT_ONCE))))
+
+
+async def _listing(lifecycle: Lifecycle, label: str, size: int, samples: int) -> Row:
+    await _fill(lifecycle, "bench-done-", size, failed=False)
+    await _fill(lifecycle, "bench-failed-", 100, failed=True)
+
+    async def page(_: int) -> None:
+        listed = await lifecycle.statuses(status=Status.FAILED, limit=100)
+        assert len(listed.statuses) == 100
+
+    await _timed(page, 5)  # warm up
+    p50, p90 = _quantiles(await _timed(page, samples))
+    return Row(
+        label, f"list 100 failed among {size} finished", p50, p90, 1000 / p50, note="one page"
+    )
+
+
+async def _bench_lifecycle(
+    plugin: StorePlugin, label: str, url: str | None, count: int, size: int, samples: int
+) -> list[Row]:
+    if "lifecycle" not in plugin.capabilities:
+        return []
+    assert plugin.testing is not None
+    async with plugin.testing(url) as testbed:
+        store = testbed.durable
+        lifecycle = store.checkpointer
+        if not isinstance(store, LifecycleDurable) or not isinstance(lifecycle, Lifecycle):
+            return []
+        rows = await _start_to_outcome(store, label, count) if count > 0 else []
+        if size > 0:
+            rows.append(await _listing(lifecycle, label, size, samples))
+    return rows
+
+
 def _raw_module(name: str) -> Any:
     try:
         return importlib.import_module(f"durable_bench.raw.{name}")
@@ -198,7 +323,8 @@ _MEANINGS = (
     "x raw, on throughput rows (N workflows concurrently): steps per second over the raw "
     "driver's operations per second from as many tasks; higher is better, 1.00 is as fast "
     "as the bare driver.",
-    "Times are in milliseconds; per s is operations (or steps) per second.",
+    "Times are in milliseconds; per s is operations (or steps) per second, and workflows "
+    "per second on the start -> outcome rows.",
 )
 
 LEGEND = [
@@ -260,6 +386,16 @@ async def _main(args: argparse.Namespace) -> tuple[int, list[Row]]:
             variants = [(name, urls[name])] if name in urls else VARIANTS.get(name, [(name, None)])
             for label, url in variants:
                 rows.extend(await _bench_store(plugin, label, args.steps, args.fanout, url))
+                rows.extend(
+                    await _bench_lifecycle(
+                        plugin,
+                        label,
+                        url,
+                        args.workflows,
+                        args.listing_size,
+                        max(10, min(args.steps, 200)),
+                    )
+                )
         except unittest.SkipTest as error:  # a testing hook's way to say: no server here
             print(f"{name}: could not run: {error}", file=sys.stderr)
         except Exception as error:
@@ -275,11 +411,16 @@ async def _main(args: argparse.Namespace) -> tuple[int, list[Row]]:
 
 DEFAULT_STEPS = 2000
 DEFAULT_FANOUT = [16, 64]
+DEFAULT_WORKFLOWS = 200
+DEFAULT_LISTING_SIZE = 100_000
 
 DESCRIPTION = (
     "Measure every installed store (or those named with --store): the raw driver's round "
     "trip, Checkpointer.record, Run.step and a 100-step pass as latencies, and N concurrent "
-    "workflows as throughput, each also as a ratio to the raw driver (x raw). Each store runs "
+    "workflows as throughput, each also as a ratio to the raw driver (x raw); on a store "
+    "offering lifecycle, workflows per second from start to outcome (one worker, 1 and 16 "
+    "passes at once) and the latency of listing 100 failed workflows among many finished "
+    "ones. Each store runs "
     "on its testing hook's default server unless --url names one; a store without a server "
     "is reported as could not run."
 )
@@ -315,6 +456,23 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="numbers of concurrent workflows, one pair of throughput rows each; none for "
         f"no throughput rows (default: {' '.join(map(str, DEFAULT_FANOUT))})",
+    )
+    made.add_argument(
+        "--workflows",
+        type=int,
+        default=DEFAULT_WORKFLOWS,
+        metavar="N",
+        help="workflows started for each start -> outcome row; 0 for none "
+        f"(default: {DEFAULT_WORKFLOWS})",
+    )
+    made.add_argument(
+        "--listing-size",
+        type=int,
+        default=DEFAULT_LISTING_SIZE,
+        metavar="N",
+        help="finished workflows the failed ones are listed among (filling 100000 takes "
+        "minutes on a store that syncs every commit); 0 for no listing row "
+        f"(default: {DEFAULT_LISTING_SIZE})",
     )
     made.add_argument(
         "--json",

@@ -2,17 +2,21 @@
 
 What it does, in order:
 
-1. submits three orders (a small one, a large one that needs approval, and one whose card
-   declines a line, so the saga compensates), unless the store already holds them;
+1. starts three orders with ``start`` (a small one, a large one that needs approval, and
+   one whose card declines a line, so the saga compensates), each order its workflow's
+   input; ``start`` is idempotent, so a second run finds them started and asks again
+   harmlessly;
 2. starts two worker processes (``python -m durable_examples.worker``) on the store;
 3. arms a gate in the large order's capture of line L2, so the worker running it stops
    there (the gateway has answered, the record has not landed), and kills that worker with
    SIGKILL; the other worker reclaims the order once the dead one's claim lapses and
    finishes it, asking the gateway again under the same idempotency key;
-4. approves the large order when it asks, with ``durable arrive``, as an operator would;
+4. approves the large order when its status says it is blocked on ``approval``, with
+   ``durable arrive``, as an operator would;
 5. stops the surviving worker with SIGTERM, replays every order once more in this process
-   (nothing may run again), prints the ledger (gateway and stock) and each workflow's
-   timeline with the store's times, and checks the books: exit 0 only if every check holds.
+   (nothing may run again), prints each workflow's status line (what ``durable show``
+   begins with), the ledger (gateway and stock) and each workflow's timeline with the
+   store's times, and checks the books: exit 0 only if every check holds.
 
 The store is SQLite in ``.durable-demo/`` under the working directory by default, so a
 second run resumes from that file: finished orders are reported as finished, and the
@@ -31,25 +35,26 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
 import durable
-from durable.interfaces import Durable, Entry, Interruption
+from durable.interfaces import Durable, Entry, Interruption, Lifecycle, Status, WorkflowStatus
 from durable.plugins import for_url
 from durable.run import Finished, resume
+from durable.workflows import LifecycleDurable
 
 from durable_examples.fulfilment import fulfilment_workflow
 from durable_examples.gate import Gate
 from durable_examples.gateway import Gateway, card_limit
 from durable_examples.ledger import Books, audit, render
-from durable_examples.orders import Line, Order, as_mapping
-from durable_examples.service import APPROVAL_THRESHOLD, payout
+from durable_examples.orders import Line, Order, as_mapping, as_order
+from durable_examples.service import APPROVAL_THRESHOLD, KIND, payout_workflows
 from durable_examples.stock import Stock, StockLedger, stock_for
 
-__all__ = ["EXPECTED", "GATED", "ORDERS", "main", "run_demo"]
+__all__ = ["EXPECTED", "GATED", "ORDERS", "main", "run_demo", "status_line"]
 
 ORDERS = (
     Order(
@@ -97,6 +102,34 @@ def _digest(url: str) -> str:
 def _shown(value: object, width: int = 64) -> str:
     text = json.dumps(value, separators=(",", ":"))
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _when(moment: datetime | None) -> str:
+    return "?" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def status_line(st: WorkflowStatus) -> str:
+    """Where a workflow is, in one line, as ``durable show`` begins (``finished: {...}``,
+    ``failed after 5 attempts: ValueError: ...``, ``blocked on approval``, ...)."""
+    failure = st.failure
+    why = "" if failure is None else f"{failure.type}: {failure.message.strip()}"
+    if st.status is Status.FINISHED:
+        return f"finished: {_shown(st.value, 80)}"
+    if st.status is Status.FAILED:
+        attempts = failure.attempts if failure is not None else st.attempts
+        return f"failed after {attempts} attempt{'' if attempts == 1 else 's'}: {why}"
+    if st.status is Status.RUNNING:
+        step = f"step {st.step!r} " if st.step else ""
+        return f"running {step}on {st.owner} (pass {st.token}) since {_when(st.since)}"
+    if st.status is Status.SLEEPING:
+        if failure is not None:
+            return f"retrying at {_when(st.until)} after attempt {failure.attempts}: {why}"
+        return f"sleeping until {_when(st.until)}"
+    if st.status is Status.BLOCKED:
+        return f"blocked on {', '.join(st.keys)}" if st.keys else "blocked"
+    if st.status is Status.CANCELLED:
+        return f"cancelled at {_when(st.updated_at)}"
+    return f"ready since {_when(st.updated_at)}"
 
 
 @dataclass
@@ -191,13 +224,16 @@ async def _arrive(url: str, workflow: str, report: Report) -> bool:
     return True
 
 
-async def _outcome(store: Durable[Any], workflow: str) -> dict[str, object] | None:
-    records = await store.checkpointer.load(workflow)
-    return as_mapping(records["outcome"]) if "outcome" in records else None
+async def _outcome(store: LifecycleDurable[Any], workflow: str) -> dict[str, object] | None:
+    """The value a finished order recorded (its ``outcome`` step's), or ``None``."""
+    st = await store.status(workflow)
+    if st is None or st.status is not Status.FINISHED:
+        return None
+    return as_mapping(st.value)
 
 
 async def _drive(
-    store: Durable[Any],
+    store: LifecycleDurable[Any],
     url: str,
     workers: list[Worker],
     gate: Gate | None,
@@ -223,12 +259,18 @@ async def _drive(
             gate.open()
             killed = True
         for workflow in list(pending):
-            records = await store.checkpointer.load(workflow)
-            if "outcome" in records:
-                outcome = as_mapping(records["outcome"])
+            st = await store.status(workflow)
+            if st is None:
+                report.event(f"{workflow} has no status: it was never started")
+                return False
+            if st.status is Status.FINISHED:
+                outcome = as_mapping(st.value)
                 report.event(f"{workflow} {outcome.get('status')}")
                 pending.remove(workflow)
-            elif "approval:requested" in records and workflow not in approved:
+            elif st.status.terminal:
+                report.event(f"{workflow} {status_line(st)}")
+                return False
+            elif st.status is Status.BLOCKED and "approval" in st.keys and workflow not in approved:
                 approved.add(workflow)
                 if not await _arrive(url, workflow, report):
                     return False
@@ -252,10 +294,16 @@ async def _snapshot(gateway: Gateway, stock: Stock[Any]) -> _Snapshot:
     return _Snapshot(calls, await stock.ledger([order.id for order in ORDERS]))
 
 
-async def _replay(store: Durable[Any], body: Any, report: Report) -> bool:
-    """One more pass of every order, in this process: each must finish from its records."""
+async def _replay(store: Durable[Any], process: Any, report: Report) -> bool:
+    """One more pass of every order, in this process: each must finish from its records.
+
+    A pass through ``resume``, which writes no status: the orders stay finished."""
     finished = 0
     for order in ORDERS:
+
+        async def body(run: Any, order: Order = order) -> object:
+            return await process(run, order)
+
         try:
             outcome = await resume(store, order.id, body)
         except Interruption as error:
@@ -307,34 +355,40 @@ async def run_demo(
     report.line(f"  gateway ledger {gateway_path}, worker logs {data}/worker-{tag}-N.log")
 
     async with durable.open(url) as store:
+        if not isinstance(store, LifecycleDurable) or not isinstance(store.checkpointer, Lifecycle):
+            report.line(f"the store at {url} does not offer lifecycle (start, status)")
+            return 2
         stock = stock_for(store)
         await stock.prepare()
+        kinds = payout_workflows(stock, gateway, store.checkpointer)
 
         report.line()
         report.line("orders")
         fresh: list[str] = []
         pending: list[str] = []
         for order in ORDERS:
-            records = await store.checkpointer.load(order.id)
+            earlier = await store.status(order.id)
             about = f"{len(order.lines)} lines, total {order.total} on {order.card}"
             limit = card_limit(order.card)
             if limit is not None:
                 about += f" (the card declines any charge over {limit})"
             elif order.total > APPROVAL_THRESHOLD:
                 about += f" (over {APPROVAL_THRESHOLD}: needs approval)"
-            if not records:
-                await store.send(order.id, order.message())
+            # Idempotent: the same order again under its id is the same workflow, and
+            # start parses it (as_order) before anything is written.
+            await store.start(kinds[KIND], order.id, order.message())
+            if earlier is None:
                 fresh.append(order.id)
                 pending.append(order.id)
-                report.line(f"  {order.id}  submitted: {about}")
-            elif "outcome" in records:
-                status = as_mapping(records["outcome"]).get("status")
+                report.line(f"  {order.id}  started: {about}")
+            elif earlier.status is Status.FINISHED:
+                status = as_mapping(earlier.value).get("status")
                 report.line(f"  {order.id}  already finished ({status}) in this store")
             else:
-                # Already scheduled by the run that submitted it; asking again is harmless.
+                # Started by an earlier run and not finished; waking it is harmless.
                 await store.scheduler.make_ready(order.id)
                 pending.append(order.id)
-                report.line(f"  {order.id}  submitted by an earlier run, not finished: resuming")
+                report.line(f"  {order.id}  started by an earlier run, {status_line(earlier)}")
 
         gate: Gate | None = None
         workers: list[Worker] = []
@@ -397,9 +451,9 @@ async def run_demo(
 
         report.line()
         report.line("replay: one more pass of every order, in this process")
-        body = payout(stock, gateway, store.checkpointer)
+        process = kinds[KIND].body
         before = await _snapshot(gateway, stock)
-        replayed = await _replay(store, body, report)
+        replayed = await _replay(store, process, report)
         after = await _snapshot(gateway, stock)
         report.line(
             f"  {len(ORDERS)} passes; gateway requests {after.calls - before.calls:+d}, "
@@ -407,6 +461,25 @@ async def run_demo(
         )
         report.check(replayed, "every order finishes again from its records alone")
         report.check(before == after, "the replay charged nothing and moved no stock")
+
+        report.line()
+        report.line("status (the first line of durable show, for each workflow)")
+        statuses = {order.id: await store.status(order.id) for order in ORDERS}
+        width = max(len(order.id) for order in ORDERS)
+        for workflow, st in statuses.items():
+            shown = "not started" if st is None else f"{st.kind}: {status_line(st)}"
+            report.line(f"  {workflow:<{width}}  {shown}")
+        report.check(
+            all(st is not None and st.status is Status.FINISHED for st in statuses.values()),
+            "every order is listed finished, its outcome its value",
+        )
+        report.check(
+            all(
+                st is not None and as_order(st.input) == order
+                for order, st in zip(ORDERS, statuses.values(), strict=True)
+            ),
+            "each order's input is the order it was started with",
+        )
 
         outcomes = {order.id: await _outcome(store, order.id) for order in ORDERS}
         operations = await asyncio.to_thread(gateway.operations)

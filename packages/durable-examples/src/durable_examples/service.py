@@ -2,7 +2,12 @@
 
 Read :func:`payout` from the top; each step says what guarantee it relies on.
 
-1. ``receive`` the order from the workflow's inbox (``Durable.send`` put it there).
+0. The order is the workflow's input: ``start(kinds["payout"], order.id, order.message())``
+   parses it with ``as_order`` before anything is written, records it with the kind, and
+   hands the parsed order to every pass (:func:`payout_workflows` registers the kind).
+1. Or, for an order submitted as a message (``Durable.send``, as the previous release's
+   demo did): ``receive`` it from the workflow's inbox. That is the ``payout-message``
+   kind, the registry's default, so a workflow with no recorded kind runs as it.
 2. ``transact`` the stock reservation: the store performs it in the commit that records
    it, so stock moves exactly once however often the pass is repeated.
 3. Fan out one ``step`` per line item to capture it at the payment gateway. The lines come
@@ -29,7 +34,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from durable import RetryPolicy, Workflows
 from durable.interfaces import Checkpointer
+from durable.parsers import as_is
 from durable.run import Run
 
 from durable_examples.fulfilment import fulfil
@@ -49,12 +56,16 @@ from durable_examples.stock import Stock, as_movement
 
 __all__ = [
     "APPROVAL_THRESHOLD",
+    "BY_MESSAGE",
+    "KIND",
+    "POLICY",
     "SETTLEMENT",
     "ApprovalRefused",
     "CaptureDeclined",
     "OrderFailed",
     "capture_key",
     "payout",
+    "payout_workflows",
     "refund_key",
 ]
 
@@ -68,7 +79,20 @@ APPROVAL_THRESHOLD = 1_000
 SETTLEMENT = timedelta(seconds=2)
 """How long captured funds settle before the payout (short, so the demo is quick)."""
 
+KIND = "payout"
+"""The kind an order is started as, with the order as its input."""
+
+BY_MESSAGE = "payout-message"
+"""The kind that receives its order from the inbox; the registry's default."""
+
+POLICY = RetryPolicy(max_attempts=5, initial=timedelta(milliseconds=500))
+"""A pass that raises (the gateway unreachable, a store error inside a step) is tried five
+times, from half a second apart, then the order is failed and ``durable list --status
+failed`` shows it. A declined card or a refused approval is not a raise: the saga
+compensates and the workflow finishes, with ``"status": "compensated"``."""
+
 Body = Callable[[Run[E]], Awaitable[dict[str, object]]]
+Process = Callable[[Run[E], Order], Awaitable[dict[str, object]]]
 
 
 class OrderFailed(Exception):
@@ -98,6 +122,39 @@ def refund_key(workflow: str, line: str) -> str:
     return f"{workflow}:refund:{line}"
 
 
+def payout_workflows(
+    stock: Stock[E],
+    gateway: Gateway,
+    checkpointer: Checkpointer[Any],
+    *,
+    threshold: int = APPROVAL_THRESHOLD,
+    settlement: timedelta = SETTLEMENT,
+    gate: Gate | None = None,
+    liveness: timedelta | None = None,
+    policy: RetryPolicy = POLICY,
+) -> Workflows:
+    """The registry a payout worker serves: ``payout`` (the order is the input, parsed by
+    ``as_order`` at ``start``) and ``payout-message`` (the order arrives in the inbox), the
+    default for a workflow with no recorded kind. The arguments are :func:`payout`'s."""
+    process = _process(
+        stock,
+        gateway,
+        checkpointer,
+        threshold=threshold,
+        settlement=settlement,
+        gate=gate,
+        liveness=liveness,
+    )
+
+    async def by_message(run: Run[E], _: object) -> dict[str, object]:
+        return await process(run, await run.receive("order", as_order))
+
+    workflows = Workflows(default=BY_MESSAGE)
+    workflows.kind(KIND, input=as_order, policy=policy)(process)
+    workflows.kind(BY_MESSAGE, input=as_is, policy=policy)(by_message)
+    return workflows
+
+
 def payout(
     stock: Stock[E],
     gateway: Gateway,
@@ -108,7 +165,35 @@ def payout(
     gate: Gate | None = None,
     liveness: timedelta | None = None,
 ) -> Body[E]:
-    """The workflow body, closed over what it talks to.
+    """The body of an order submitted as a message: ``receive`` it, then process it. For
+    ``resume`` and a bare-body worker; :func:`payout_workflows` registers it as a kind."""
+    process = _process(
+        stock,
+        gateway,
+        checkpointer,
+        threshold=threshold,
+        settlement=settlement,
+        gate=gate,
+        liveness=liveness,
+    )
+
+    async def body(run: Run[E]) -> dict[str, object]:
+        return await process(run, await run.receive("order", as_order))
+
+    return body
+
+
+def _process(
+    stock: Stock[E],
+    gateway: Gateway,
+    checkpointer: Checkpointer[Any],
+    *,
+    threshold: int,
+    settlement: timedelta,
+    gate: Gate | None,
+    liveness: timedelta | None,
+) -> Process[E]:
+    """The workflow body, given its order, closed over what it talks to.
 
     ``stock`` makes the reservation effects in the store's own language, so the body is the
     same on every store; ``checkpointer`` is where the fulfilment graph records its nodes;
@@ -156,8 +241,7 @@ def payout(
             as_mapping,
         )
 
-    async def body(run: Run[E]) -> dict[str, object]:
-        order = await run.receive("order", as_order)
+    async def body(run: Run[E], order: Order) -> dict[str, object]:
         await run.transact("stock:reserve", stock.reserve(run.workflow, order.lines), as_movement)
         captures: list[Capture] = []
         try:

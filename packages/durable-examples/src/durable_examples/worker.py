@@ -1,12 +1,13 @@
 """A worker process for the payout service: ``python -m durable_examples.worker URL``.
 
-``durable worker MODULE:BODY`` runs a body that needs nothing but its ``Run``. This one
-needs its dependencies built over the store it runs on (the stock adapter speaks the
-store's own language, and the fulfilment graph records into the same checkpointer) and a
-gateway, so this module opens the store, builds them, and hands the body to the same
-``durable.worker.work`` loop the command uses. It stops like the command does: SIGINT or
-SIGTERM stops it taking work, passes in flight get ``--grace`` seconds to finish, and it
-exits 0. It logs one line per pass outcome.
+``durable worker URL MODULE:NAME`` serves kinds that need nothing but their ``Run`` and
+input. These need their dependencies built over the store they run on (the stock adapter
+speaks the store's own language, and the fulfilment graph records into the same
+checkpointer) and a gateway, so this module opens the store, builds them, and hands the
+registry (:func:`~durable_examples.service.payout_workflows`: ``payout`` and
+``payout-message``) to the same ``durable.worker.work`` loop the command uses. It stops
+like the command does: SIGINT or SIGTERM stops it taking work, passes in flight get
+``--grace`` seconds to finish, and it exits 0. It logs one line per pass outcome.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from durable.worker import work
 
 from durable_examples.gate import Gate
 from durable_examples.gateway import Gateway
-from durable_examples.service import SETTLEMENT, payout
+from durable_examples.service import SETTLEMENT, payout_workflows
 from durable_examples.stock import stock_for
 
 __all__ = ["main", "run_worker"]
@@ -93,7 +94,7 @@ async def _work(
     async with durable.open(url) as store:
         stock = stock_for(store)
         await stock.prepare()
-        body = payout(
+        kinds = payout_workflows(
             stock,
             Gateway(gateway),
             store.checkpointer,
@@ -104,7 +105,7 @@ async def _work(
         log.info("payout worker on %s", url)
         await work(
             store,
-            body,
+            kinds,
             limit=8,
             liveness=liveness,
             poll=timedelta(milliseconds=200),

@@ -9,24 +9,42 @@ the thread only ever sees the encodings.
 from __future__ import annotations
 
 import inspect
+import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 import aiosqlite
-from durable.boundary import check_duration, check_key, check_message_id, check_workflow
+from durable.boundary import (
+    check_duration,
+    check_key,
+    check_kind,
+    check_message_id,
+    check_settlement,
+    check_workflow,
+)
 from durable.clock import Clock
 from durable.codec import CheckpointCodec, JsonCodec, encode_value
 from durable.interfaces import (
     INBOX_PREFIX,
     SENT_PREFIX,
+    Admitted,
+    Began,
     Claimed,
     Entry,
+    Failure,
     Fenced,
+    NotRetryable,
+    Page,
     Pass,
     Recorded,
+    Settlement,
+    StartConflict,
+    Status,
     StoreError,
+    UnknownWorkflow,
+    WorkflowStatus,
 )
 
 from durable_sqlite.connection import (
@@ -36,6 +54,7 @@ from durable_sqlite.connection import (
     from_micros,
     on_thread,
     statements_for,
+    to_micros,
     transaction,
 )
 
@@ -62,6 +81,11 @@ class SqliteCheckpointer:
     commit. ``clock`` is the store's clock for history stamps and leases alike: SQLite's
     own when ``None`` (the default, and what every process on the file then shares), or a
     :class:`~durable.Clock` read inside each transaction (a ``ManualClock`` in tests).
+
+    Also a :class:`~durable.interfaces.Lifecycle` (the ``lifecycle`` capability): each
+    workflow's kind, input, status, attempts and outcome in ``durable_workflow``, written by
+    ``begin``, ``beat`` and ``settle`` inside the claim's, the renewal's and the release's
+    own transactions, so a pass commits no more often than it did without lifecycle.
     """
 
     def __init__(
@@ -76,6 +100,7 @@ class SqliteCheckpointer:
         self.clock = clock
         self._now = clock_reader(clock)
         self._sql = statements_for(clock is None)
+        self._life = statements_for(clock is None, "statuses.sql")
 
     def __repr__(self) -> str:
         clock = "sqlite" if self.clock is None else repr(self.clock)
@@ -289,7 +314,286 @@ class SqliteCheckpointer:
 
     def _discard_in(self, raw: sqlite3.Connection, workflow: str) -> None:
         raw.execute(self._sql["forget"], {"workflow": workflow})
+        raw.execute(self._life["forget_life"], {"workflow": workflow})
         raw.execute(self._sql["raise_fence"], {"workflow": workflow})
+
+    # -- lifecycle (durable.interfaces.Lifecycle) --------------------------------------
+    #
+    # Each move is one transaction: begin is the claim statement and the row's upsert,
+    # settle the fenced release and the row's update, beat the renewal and the step. So a
+    # pass writes no more than it did before lifecycle, and the attempt a pass counts is
+    # committed with the claim that starts it.
+
+    async def admit(
+        self, workflow: str, kind: str, input: object, *, queue: str = "default"
+    ) -> Admitted:
+        encoded = self._encode_admission(workflow, kind, input, queue)
+        admit = self._admit_in
+        try:
+            created, row = await transaction(
+                self.connection, lambda raw: admit(raw, workflow, kind, encoded, queue)
+            )
+        except _Conflict as conflict:
+            raise self._conflict(workflow, kind, input, conflict) from None
+        return self._admitted(created, row)
+
+    def _encode_admission(self, workflow: str, kind: str, input: object, queue: str) -> object:
+        check_workflow(workflow)
+        check_kind(kind)
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"workflow {workflow!r}: queue must be a non-empty str, got {queue!r}")
+        return encode_value(self.codec, input, workflow=workflow, key="<input>")
+
+    def _conflict(
+        self, workflow: str, kind: str, input: object, conflict: _Conflict
+    ) -> StartConflict:
+        stored = None if conflict.input is None else self.codec.decode(conflict.input)
+        return StartConflict(workflow, kind, input, conflict.kind, stored)
+
+    def _admitted(self, created: bool, row: Sequence[Any]) -> Admitted:
+        status = self._decode_status(row)
+        return Admitted(status, created, created or status.status is Status.READY)
+
+    def _admit_in(
+        self, raw: sqlite3.Connection, workflow: str, kind: str, encoded: object, queue: str
+    ) -> tuple[bool, Sequence[Any]]:
+        """The admission inside an open transaction: read the row, then insert, adopt, or
+        nothing. SQLite's one writer at a time makes the read and the write one step, so
+        of any number of concurrent starters exactly one creates the row."""
+        life = raw.execute(self._life["life"], {"workflow": workflow}).fetchone()
+        params = {
+            "workflow": workflow,
+            "kind": kind,
+            "input": encoded,
+            "queue": queue,
+            "now": self._now(),
+        }
+        if life is None:
+            raw.execute(self._life["admit_insert"], params)
+            created = True
+        elif life[0] is None:
+            raw.execute(self._life["admit_adopt"], params)
+            created = True
+        elif life[0] == kind and life[1] == encoded:
+            created = False
+        else:
+            raise _Conflict(life[0], life[1])
+        return created, self._status_row(raw, workflow)
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        check_workflow(workflow)
+        if not isinstance(owner, str) or not owner:
+            raise ValueError(f"workflow {workflow!r}: owner must be a non-empty str, got {owner!r}")
+        params: dict[str, object] = {
+            "workflow": workflow,
+            "owner": owner,
+            "liveness": duration_micros(check_duration("liveness", liveness, workflow=workflow)),
+            "budget": duration_micros(check_duration("budget", budget, workflow=workflow)),
+        }
+        claim, begin_life, read = self._sql["claim"], self._life["begin_life"], self._life["life"]
+        clock = self._now
+
+        def begin(raw: sqlite3.Connection) -> tuple[object, ...] | None:
+            life = raw.execute(read, {"workflow": workflow}).fetchone()
+            if life is not None and Status(life[2]).terminal:
+                return (None, life[2], life[0], life[1], life[4], None)
+            params["now"] = clock()
+            taken = raw.execute(claim, params).fetchone()
+            if taken is None:
+                return None  # a live pass holds it: nothing written
+            kind, input, attempts = raw.execute(begin_life, params).fetchone()
+            before = Status.READY if life is None else life[2]
+            lost = life[3] if life is not None and life[2] == Status.RUNNING else None
+            return (int(taken[0]), before, kind, input, attempts, lost)
+
+        began = await transaction(self.connection, begin)
+        if began is None:
+            return None
+        token, before, kind, input, attempts, lost = began
+        return Began(
+            holder=None if token is None else Pass(workflow, int(str(token))),
+            status=Status(str(before)),
+            kind=None if kind is None else str(kind),
+            input=None if input is None else self.codec.decode(input),
+            attempts=int(str(attempts)),
+            lost=None if lost is None else str(lost),
+        )
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        if step is not None and not isinstance(step, str):
+            raise TypeError(f"{holder}: the step in flight must be a str or None, got {step!r}")
+        renew, beat_step, clock = self._sql["renew"], self._life["beat_step"], self._now
+
+        def beat(raw: sqlite3.Connection) -> None:
+            params = {
+                "workflow": holder.workflow,
+                "token": holder.token,
+                "step": step,
+                "now": clock(),
+            }
+            if raw.execute(renew, params).fetchone() is None:
+                raise self._refusal(raw, holder, "beat")
+            raw.execute(beat_step, params)
+
+        await transaction(self.connection, beat)
+        return holder
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        check_settlement(holder, settlement)
+        workflow = holder.workflow
+        value = (
+            encode_value(self.codec, settlement.value, workflow=workflow, key="<outcome>")
+            if settlement.status is Status.FINISHED
+            else None
+        )
+        failure = settlement.failure
+        params: dict[str, object] = {
+            "workflow": workflow,
+            "token": holder.token,
+            "status": str(settlement.status),
+            "attempts": settlement.attempts,
+            "until": None if settlement.until is None else to_micros(settlement.until),
+            "waits": json.dumps(list(settlement.keys)) if settlement.keys else None,
+            "value": value,
+            "failure_type": None if failure is None else failure.type,
+            "failure_message": None if failure is None else failure.message,
+            "failure_traceback": None if failure is None else failure.traceback,
+            "failure_attempts": None if failure is None else failure.attempts,
+        }
+        release, settle_life, clock = (
+            self._life["settle_release"],
+            self._life["settle_life"],
+            self._now,
+        )
+        doing = f"settle as {settlement.status}"
+
+        def settle(raw: sqlite3.Connection) -> None:
+            if raw.execute(release, params).fetchone() is None:
+                raise self._refusal(raw, holder, doing)
+            raw.execute(settle_life, {**params, "now": clock()})
+
+        await transaction(self.connection, settle)
+
+    async def withdraw(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        withdraw = self._withdraw_in
+        _, row = await transaction(self.connection, lambda raw: withdraw(raw, workflow))
+        return self._decode_status(row)
+
+    def _withdraw_in(self, raw: sqlite3.Connection, workflow: str) -> tuple[bool, Sequence[Any]]:
+        """Cancel inside an open transaction; whether it changed anything, and the row."""
+        life = raw.execute(self._life["life"], {"workflow": workflow}).fetchone()
+        if life is None:
+            if not raw.execute(self._life["has_records"], {"workflow": workflow}).fetchone()[0]:
+                raise _unknown(workflow, "cancel")
+        elif Status(life[2]).terminal:
+            return False, self._status_row(raw, workflow)
+        raw.execute(self._sql["raise_fence"], {"workflow": workflow})
+        raw.execute(self._life["withdraw_life"], {"workflow": workflow, "now": self._now()})
+        return True, self._status_row(raw, workflow)
+
+    async def readmit(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        readmit = self._readmit_in
+        row = await transaction(self.connection, lambda raw: readmit(raw, workflow))
+        return self._decode_status(row)
+
+    def _readmit_in(self, raw: sqlite3.Connection, workflow: str) -> Any:
+        life = raw.execute(self._life["life"], {"workflow": workflow}).fetchone()
+        if life is None:
+            if not raw.execute(self._life["has_records"], {"workflow": workflow}).fetchone()[0]:
+                raise _unknown(workflow, "retry")
+            # Records but no row: made by arrive or send and never run, so waiting.
+            raise NotRetryable(workflow, Status.BLOCKED)
+        if life[2] not in (Status.FAILED, Status.CANCELLED):
+            raise NotRetryable(workflow, Status(life[2]))
+        raw.execute(self._life["readmit_life"], {"workflow": workflow, "now": self._now()})
+        return self._status_row(raw, workflow)
+
+    async def status(self, workflow: str) -> WorkflowStatus | None:
+        check_workflow(workflow)
+        read = self._status_row
+        row = await on_thread(self.connection, lambda raw: read(raw, workflow))
+        return None if row is None else self._decode_status(row)
+
+    def _status_row(self, raw: sqlite3.Connection, workflow: str) -> Any:
+        return raw.execute(self._life["status"], {"workflow": workflow}).fetchone()
+
+    async def statuses(
+        self,
+        *,
+        status: Status | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """Newest updated first, read backwards from the cursor along one index (by
+        status, by kind and status, by neither; a kind alone merges its seven statuses'
+        pages), so a page costs the page however many rows the table holds."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        if kind is not None:
+            check_kind(kind)
+        wanted = None
+        if status is not None:
+            try:
+                wanted = Status(str(status))
+            except ValueError:
+                known = ", ".join(s.value for s in Status)
+                raise ValueError(f"no status {status!r}; a workflow is one of {known}") from None
+        at, wf = _after(cursor)
+        params = {"status": wanted, "kind": kind, "limit": limit + 1, "at": at, "wf": wf}
+        if wanted is None:
+            sql = self._life["list_all" if kind is None else "list_kind"]
+        else:
+            sql = self._life["list_status" if kind is None else "list_kind_status"]
+        rows = await on_thread(self.connection, lambda raw: raw.execute(sql, params).fetchall())
+        page = rows[:limit]
+        more = len(rows) > limit
+        return Page(
+            tuple(self._decode_status(row) for row in page),
+            f"{page[-1][4]}:{page[-1][0]}" if more else None,
+        )
+
+    def _decode_status(self, row: Sequence[Any]) -> WorkflowStatus:
+        (
+            workflow, status, kind, attempts, updated_at, started_at, input, queue,
+            token, owner, since, step, until_at, live_until, waits, value,
+            failure_type, failure_message, failure_traceback, failure_attempts,
+        ) = row  # fmt: skip
+        decode = self.codec.decode
+        life = Status(status)
+        held = life is Status.RUNNING and live_until is not None
+        until = live_until if held else (until_at if life is Status.SLEEPING else None)
+        return WorkflowStatus(
+            workflow=workflow,
+            status=life,
+            kind=kind,
+            attempts=attempts,
+            updated_at=from_micros(updated_at),
+            started_at=None if started_at is None else from_micros(started_at),
+            input=None if input is None else decode(input),
+            queue=queue,
+            token=token if held else None,
+            owner=owner if life is Status.RUNNING else None,
+            since=None if since is None or life is not Status.RUNNING else from_micros(since),
+            step=step if life is Status.RUNNING else None,
+            until=None if until is None else from_micros(until),
+            keys=tuple(json.loads(waits)) if waits else (),
+            value=None if value is None else decode(value),
+            failure=(
+                None
+                if failure_type is None
+                else Failure(
+                    failure_type,
+                    failure_message or "",
+                    failure_traceback or "",
+                    failure_attempts or 0,
+                )
+            ),
+        )
 
     def _refusal(self, raw: sqlite3.Connection, holder: Pass, doing: str) -> Fenced:
         """Why the store refused ``holder``, read in the transaction that refused it."""
@@ -308,3 +612,37 @@ class SqliteCheckpointer:
         if budget_until is None:
             return Fenced(f"{holder} was released; {doing} refused, stop this pass")
         return Fenced(f"{holder} has spent its budget; {doing} refused, stop this pass")
+
+
+_FIRST_PAGE = (1 << 62, "")
+"""A cursor above every row: (updated_at, workflow) compares below it for any moment
+before the year 146,000."""
+
+
+def _after(cursor: str | None) -> tuple[int, str]:
+    """The (updated_at, workflow) a page starts below, from a cursor ``statuses`` issued."""
+    if cursor is None:
+        return _FIRST_PAGE
+    if isinstance(cursor, str):
+        at, colon, workflow = cursor.partition(":")
+        if colon and at.isdigit():
+            return int(at), workflow
+    raise ValueError(
+        f"{cursor!r} is not a cursor this SQLite store issued; pass the cursor a previous "
+        "page returned, or None for the first page"
+    )
+
+
+class _Conflict(Exception):
+    """Carries a conflicting admission's stored kind and input encoding off the
+    connection's thread (rolling the transaction back), to be decoded on the loop."""
+
+    def __init__(self, kind: str | None, input: object) -> None:
+        self.kind, self.input = kind, input
+
+
+def _unknown(workflow: str, doing: str) -> UnknownWorkflow:
+    return UnknownWorkflow(
+        f"no workflow {workflow!r} to {doing}: the store has neither a lifecycle row nor "
+        "records for it (never started, or discarded)"
+    )

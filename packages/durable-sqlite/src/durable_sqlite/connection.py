@@ -29,6 +29,7 @@ refuses, with a clear message, a release that changed it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import sqlite3
 import time
@@ -44,7 +45,7 @@ from typing import TypeVar, cast
 
 import aiosqlite
 from durable.clock import Clock
-from durable.interfaces import StoreError
+from durable.interfaces import StoreError, StoreUnavailable
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -53,6 +54,7 @@ __all__ = [
     "DatabaseRefused",
     "ForeignTable",
     "NotADatabase",
+    "SqliteBusy",
     "Synchronous",
     "configure",
     "connect",
@@ -61,10 +63,19 @@ __all__ = [
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
-"""The shape of the tables in ``schema.sql``; stored in ``durable_meta``."""
+log = logging.getLogger("durable_sqlite.connection")
 
-TABLES = ("durable_checkpoint", "durable_claim", "durable_queue", "durable_meta")
+SCHEMA_VERSION = 2
+"""The shape of the tables in ``schema.sql``; stored in ``durable_meta``. Version 1 (the
+release before workflow lifecycle) is migrated on open by ``migrate_2.sql``."""
+
+TABLES = (
+    "durable_checkpoint",
+    "durable_claim",
+    "durable_queue",
+    "durable_workflow",
+    "durable_meta",
+)
 """The tables the store owns. Any other table in the file is the application's."""
 
 DEFAULT_BUSY_TIMEOUT = timedelta(seconds=5)
@@ -115,6 +126,15 @@ class NotADatabase(DatabaseRefused):
 
 class ForeignTable(DatabaseRefused):
     """The database has a table of a name the store owns, with another shape."""
+
+
+class SqliteBusy(StoreUnavailable):
+    """Another connection held the file's write lock for the whole busy timeout.
+
+    A :class:`~durable.interfaces.StoreUnavailable`: the transaction that waited wrote
+    nothing, and trying again later is the answer, so a worker waits it out and never
+    counts it as an attempt of the workflow whose pass met it.
+    """
 
 
 # -- SQL ---------------------------------------------------------------------------------
@@ -218,8 +238,8 @@ _NOW = re.compile(r":now\b")
 
 
 @cache
-def statements_for(sqlite_clock: bool) -> dict[str, str]:
-    """The statements of ``statements.sql`` for one choice of the store's clock.
+def statements_for(sqlite_clock: bool, resource: str = "statements.sql") -> dict[str, str]:
+    """The statements of ``resource`` for one choice of the store's clock.
 
     The statements name the moment ``:now``. With SQLite's own clock (the default, a store
     given no :class:`Clock`), ``:now`` is written out as the ``now`` statement in a
@@ -229,10 +249,10 @@ def statements_for(sqlite_clock: bool) -> dict[str, str]:
     the connection's thread inside the transaction. Either way one clock stamps history
     and measures every lease.
     """
-    named = statements()
+    named = statements(resource)
     if not sqlite_clock:
         return dict(named)
-    reading = "(" + named["now"].rstrip().removesuffix(";") + ")"
+    reading = "(" + statements()["now"].rstrip().removesuffix(";") + ")"
     return {name: _NOW.sub(reading, text) for name, text in named.items()}
 
 
@@ -277,7 +297,10 @@ def within_transaction(work: Callable[[sqlite3.Connection], T], raw: sqlite3.Con
             "commit or roll it back before using the store (durable_sqlite.connect opens "
             "connections in autocommit mode so that none is left open implicitly)"
         )
-    raw.execute("BEGIN IMMEDIATE")
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as error:
+        raise _busy_or(error) from error
     try:
         result = work(raw)
         raw.execute("COMMIT")
@@ -292,8 +315,26 @@ def within_transaction(work: Callable[[sqlite3.Connection], T], raw: sqlite3.Con
                 "followed undid that statement's changes too. Read such a statement to its "
                 "end before the store writes, or give the store a connection of its own"
             ) from error
+        if isinstance(error, sqlite3.OperationalError) and _is_busy(error):
+            raise _busy_or(error) from error
         raise
     return result
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(error) or "busy" in str(error)
+
+
+def _busy_or(error: sqlite3.OperationalError) -> Exception:
+    if not _is_busy(error):
+        return error
+    return SqliteBusy(
+        f"the SQLite file is busy: another connection held its write lock for the whole "
+        f"busy timeout ({error}); nothing was written, try again (a worker waits this out)"
+    )
 
 
 def _still_open(raw: sqlite3.Connection) -> bool:
@@ -363,14 +404,29 @@ def _check_tables(raw: sqlite3.Connection) -> None:
             )
 
 
-def _check_version(raw: sqlite3.Connection) -> None:
-    row = raw.execute("SELECT value FROM durable_meta WHERE name = 'schema_version'").fetchone()
-    if row is not None and isinstance(row[0], int) and row[0] > SCHEMA_VERSION:
+def _version(raw: sqlite3.Connection) -> int | None:
+    """The file's schema version, or ``None`` for a file the store has not been created in."""
+    present = raw.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'durable_meta'"
+    ).fetchone()
+    if present is None:
+        return None
+    try:
+        row = raw.execute("SELECT value FROM durable_meta WHERE name = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        return None  # somebody else's durable_meta: _check_tables refuses it by name
+    return row[0] if row is not None and isinstance(row[0], int) else None
+
+
+def _check_version(raw: sqlite3.Connection) -> int | None:
+    version = _version(raw)
+    if version is not None and version > SCHEMA_VERSION:
         raise DatabaseRefused(
-            f"{_file_of(raw)} holds a durable store of schema version {row[0]}, written by a "
+            f"{_file_of(raw)} holds a durable store of schema version {version}, written by a "
             f"newer durable-sqlite than this one (which knows version {SCHEMA_VERSION}); "
             "upgrade durable-sqlite"
         )
+    return version
 
 
 def _into_wal(raw: sqlite3.Connection, busy_timeout: timedelta) -> object:
@@ -413,6 +469,9 @@ def _configure(synchronous: Synchronous, busy_timeout: timedelta, raw: sqlite3.C
             f"{_file_of(raw)} is not an SQLite database ({error}); durable-sqlite has not "
             "written to it. Point the store at a new file or at an SQLite database"
         ) from error
+    # A newer release's file is refused by its version before its tables are compared:
+    # their shape may have moved on, and "upgrade durable-sqlite" is the useful answer.
+    _check_version(raw)
     _check_tables(raw)
     if _file_of(raw) == ":memory:":
         raise DatabaseRefused(IN_MEMORY)
@@ -427,11 +486,33 @@ def _configure(synchronous: Synchronous, busy_timeout: timedelta, raw: sqlite3.C
 
 
 def _create(raw: sqlite3.Connection) -> None:
+    """Create what is missing and migrate an older file, in the caller's one transaction.
+
+    Run under ``BEGIN IMMEDIATE``, so two processes opening one file at once do this one
+    after the other: the second finds the tables made and the version current, and does
+    nothing. A migration that fails rolls back whole, leaving the file at its old version.
+    """
+    # Checked again under the write lock: another process may have made the file since.
+    before = _check_version(raw)
     for text in schema():
         raw.execute(text)
-    # Checked again under the write lock: another process may have made the file since.
     _check_tables(raw)
-    _check_version(raw)
+    if before is not None and before < SCHEMA_VERSION:
+        _migrate(raw, before)
+
+
+def _migrate(raw: sqlite3.Connection, version: int) -> None:
+    # Version 1 is the only older one; a later migration goes here, each in turn.
+    if version == 1:
+        sql = statements_for(True, "migrate_2.sql")
+        adopted = raw.execute(sql["backfill"]).rowcount
+        raw.execute(sql["mark"])
+        log.info(
+            "migrated the durable store in %s from schema version 1 to 2: %d workflow(s) "
+            "given a lifecycle row (no kind; ready, sleeping or blocked by their queue row)",
+            _file_of(raw),
+            adopted,
+        )
 
 
 async def create_schema(connection: aiosqlite.Connection) -> None:

@@ -10,20 +10,26 @@ import aiosqlite
 from durable.boundary import check_key, check_message_id, check_workflow
 from durable.clock import Clock
 from durable.codec import CheckpointCodec, encode_value
+from durable.interfaces import Admitted, Status, WorkflowStatus
+from durable.workflows import Lifecycled
 
-from durable_sqlite.checkpointer import SqliteCheckpointer
+from durable_sqlite.checkpointer import SqliteCheckpointer, _Conflict
 from durable_sqlite.connection import transaction
 from durable_sqlite.scheduler import DEFAULT_LEASE, DEFAULT_POLL, SqliteScheduler
 
 __all__ = ["SqliteDurable"]
 
 
-class SqliteDurable:
+class SqliteDurable(Lifecycled):
     """A :class:`SqliteCheckpointer` and a :class:`SqliteScheduler` on one connection.
 
     ``atomic``: ``arrive``, ``send`` and ``discard`` each write both tables in one
     transaction, so no process ever sees a value recorded without its wakeup, or a
-    workflow discarded with its runs still queued. That needs both halves on one
+    workflow discarded with its runs still queued. The lifecycle's moves that cross both
+    halves are one transaction too: ``start`` records the kind and input and queues the
+    workflow, ``cancel`` marks it cancelled, raises its fence and unqueues it, ``retry``
+    makes it ready and queues it, each in one commit, so no crash leaves a started
+    workflow unqueued or a cancelled one queued. That needs both halves on one
     connection (one transaction can only span one connection), which is why the
     constructor checks it rather than the documentation asking for it: two connections
     on the same file would be two commits with a crash-sized gap between them.
@@ -120,3 +126,53 @@ class SqliteDurable:
             sched._cancel_in(raw, workflow)
 
         await transaction(self.connection, discard)
+
+    # -- lifecycle: the three moves across both halves, one commit each ----------------
+
+    async def _admit_and_queue(
+        self, workflow: str, kind: str, input: object, queue: str
+    ) -> Admitted:
+        cp, sched = self._checkpointer, self._scheduler
+        encoded = cp._encode_admission(workflow, kind, input, queue)
+
+        def admit(raw: sqlite3.Connection) -> tuple[bool, Any]:
+            created, row = cp._admit_in(raw, workflow, kind, encoded, queue)
+            # Queued when new, and again when a repeat finds it still ready: harmless here
+            # (the first start's commit queued it), and what a repeated start promises.
+            if created or row[1] == Status.READY:
+                sched._make_ready_in(raw, workflow)
+            return created, row
+
+        try:
+            created, row = await transaction(self.connection, admit)
+        except _Conflict as conflict:
+            raise cp._conflict(workflow, kind, input, conflict) from None
+        admitted = cp._admitted(created, row)
+        if admitted.queue:
+            sched._changed.set()
+        return admitted
+
+    async def _withdraw_and_cancel(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        cp, sched = self._checkpointer, self._scheduler
+
+        def withdraw(raw: sqlite3.Connection) -> Any:
+            changed, row = cp._withdraw_in(raw, workflow)
+            if changed:
+                sched._cancel_in(raw, workflow)
+            return row
+
+        return cp._decode_status(await transaction(self.connection, withdraw))
+
+    async def _readmit_and_queue(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        cp, sched = self._checkpointer, self._scheduler
+
+        def readmit(raw: sqlite3.Connection) -> Any:
+            row = cp._readmit_in(raw, workflow)
+            sched._make_ready_in(raw, workflow)
+            return row
+
+        row = await transaction(self.connection, readmit)
+        sched._changed.set()
+        return cp._decode_status(row)

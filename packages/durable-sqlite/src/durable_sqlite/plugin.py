@@ -277,7 +277,7 @@ def durable_store() -> StorePlugin:
         name="sqlite",
         schemes=(SCHEME,),
         open=open_sqlite,
-        capabilities=frozenset({"transact", "atomic-arrive", "enumerate"}),
+        capabilities=frozenset({"transact", "atomic-arrive", "enumerate", "lifecycle"}),
         testing=testing,
         distribution="durable-sqlite",
         description="an SQLite file (embedded; one machine)",

@@ -75,6 +75,46 @@ CREATE TABLE IF NOT EXISTS durable_queue (
 CREATE INDEX IF NOT EXISTS durable_queue_visible ON durable_queue (visible_at, workflow);
 
 
+-- Each workflow's life: kind, input, status, attempts and outcome (the lifecycle
+-- capability, durable.interfaces.Lifecycle). One row per workflow that was started,
+-- begun, cancelled or migrated; written only by the moves that already write (start,
+-- begin, settle, cancel, retry), never by a step.
+--
+-- A rowid table: a row may carry a large input, value or traceback, which SQLite advises
+-- against in a WITHOUT ROWID table. input and value are the codec's encodings (TEXT
+-- affinity keeps a str a str and bytes a BLOB), compared byte for byte by start. waits is
+-- a JSON array of the keys a sleeping or blocked workflow reached. until_at is a sleeping
+-- workflow's deadline; a running one's liveness is read from its claim instead.
+CREATE TABLE IF NOT EXISTS durable_workflow (
+    workflow TEXT PRIMARY KEY,
+    kind TEXT,
+    input TEXT,
+    queue TEXT NOT NULL DEFAULT 'default',
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    since INTEGER,
+    step TEXT,
+    beat_at INTEGER,
+    until_at INTEGER,
+    waits TEXT,
+    value TEXT,
+    failure_type TEXT,
+    failure_message TEXT,
+    failure_traceback TEXT,
+    failure_attempts INTEGER,
+    started_at INTEGER,
+    updated_at INTEGER NOT NULL
+);
+
+-- Listing reads one of these backwards from its cursor, so a page costs the page, never
+-- the table: by status (list(status="failed") among any number of finished ones), by
+-- kind and status (and by kind alone, as a merge of its seven statuses), and by neither.
+CREATE INDEX IF NOT EXISTS durable_workflow_status ON durable_workflow (status, updated_at, workflow);
+CREATE INDEX IF NOT EXISTS durable_workflow_kind ON durable_workflow (kind, status, updated_at, workflow);
+CREATE INDEX IF NOT EXISTS durable_workflow_updated ON durable_workflow (updated_at, workflow);
+
+
 -- What this file holds, for the code that opens it. schema_version says which shape of
 -- the tables above the file was created with, so that a later release can migrate it and
 -- an older one can refuse a file it does not understand.
@@ -83,5 +123,7 @@ CREATE TABLE IF NOT EXISTS durable_meta (
     value NOT NULL
 ) WITHOUT ROWID;
 
-INSERT INTO durable_meta (name, value) VALUES ('schema_version', 1)
+-- A fresh file is created at the current version; a file of version 1 is migrated by
+-- migrate_2.sql in the same transaction (connection._create), which then sets 2.
+INSERT INTO durable_meta (name, value) VALUES ('schema_version', 2)
 ON CONFLICT (name) DO NOTHING;
