@@ -506,8 +506,13 @@ class RedisCheckpointer:
     ) -> Admitted:
         check_workflow(workflow)
         check_kind(kind)
-        if not isinstance(queue, str) or not queue:
-            raise ValueError(f"workflow {workflow!r}: queue must be a non-empty str, got {queue!r}")
+        try:
+            check_kind(queue)
+        except ValueError:
+            raise ValueError(
+                f"workflow {workflow!r}: queue {queue!r} is not allowed: a queue is named as a "
+                "kind is (1 to 100 of letters, digits, '_', '.' and '-')"
+            ) from None
         encoded = self._encode(workflow, "<input>", input)
         reply = await self._transition(
             workflow,

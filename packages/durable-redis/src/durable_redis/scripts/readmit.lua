@@ -8,7 +8,8 @@
 -- ARGV[3]  ttl, ms ('0' for none)
 --
 -- Answers {1, old tx, old status, old kind} when readmitted; {-1, status} when the
--- workflow is in any other status; {-2} when it has no life; {-3, kind} when its kind
+-- workflow is in any other status (a workflow with records and no life yet reads as
+-- blocked); {-2} when it has neither; {-3, kind} when its kind
 -- is not the one the client indexed under; {2} when this very call already ran. Every
 -- answer but 1 wrote nothing.
 
@@ -17,6 +18,9 @@ if tx == ARGV[2] then
   return {2}
 end
 if not status then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return {-1, 'blocked'}  -- records from before lifecycle: blocked until a pass runs it
+  end
   return {-2}
 end
 if status ~= 'failed' and status ~= 'cancelled' then

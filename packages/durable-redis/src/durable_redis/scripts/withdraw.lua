@@ -31,7 +31,8 @@ if (kind or '') ~= ARGV[1] then
   return {-3, kind or ''}
 end
 raise_fence(KEYS[2], ARGV[3])
-clear(KEYS[3], PASS_FIELDS)
+-- the waits it reached stay, for show; the pass in flight is over
+clear(KEYS[3], {'owner', 'since', 'step', 'beat_at', 'until_at'})
 redis.call('HSET', KEYS[3], 'status', 'cancelled', 'updated_at', int(now_ms()), 'tx', ARGV[2])
 refresh(ARGV[3], KEYS[1], KEYS[2], KEYS[3])
 return superseded(status, kind, tx)
