@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from typing import Any
@@ -74,7 +73,7 @@ async def assert_every_list_exact(cp: RedisCheckpointer, workflows: list[str]) -
 
 
 async def members(cp: RedisCheckpointer, key: str) -> list[str]:
-    return sorted(await cp.client.zrange(key, 0, -1))
+    return sorted(str(member) for member in await cp.client.zrange(key, 0, -1))
 
 
 def life_keys(cp: RedisCheckpointer, workflow: str) -> tuple[str, str, str]:
@@ -128,7 +127,7 @@ async def fail_truth(cp: RedisCheckpointer, workflow: str, token: int, kind: str
 
 
 @pytest.fixture
-async def filled(bed: Bed[Any]) -> AsyncIterator[tuple[RedisCheckpointer, list[str]]]:
+async def filled(bed: Bed[Any]) -> tuple[RedisCheckpointer, list[str]]:
     """Six workflows of two kinds: ready, running, finished, failed, sleeping, blocked."""
     cp = checkpointer_of(bed)
     workflows = [f"wf-{n}" for n in range(6)]
@@ -231,6 +230,7 @@ async def test_sixteen_concurrent_starters_on_a_cluster_find_one_winner(
 ) -> None:
     async with fresh_testbed(cluster.url) as bed, AsyncExitStack() as stack:
         handles = []
+        assert bed.reopen is not None
         for _ in range(16):  # 16 clients, each with its own connections
             durable = await stack.enter_async_context(bed.reopen())
             assert isinstance(durable, RedisDurable)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -69,12 +68,13 @@ async def restore(client: Client, prefix: str) -> None:
 
 
 @pytest.fixture
-async def v1(bed: Bed[Any]) -> AsyncIterator[str]:
+async def v1(bed: Bed[Any]) -> str:
     """The URL of a store restored from the fixture, not yet opened by this code. Its
     prefix sits under the testbed's, so the testbed's cleanup removes it."""
     assert isinstance(bed.durable, RedisDurable)
     prefix = f"{bed.extras['prefix']}:v1"
     await restore(bed.durable.checkpointer.client, prefix)
+    assert bed.url is not None
     return _with_prefix(bed.url, prefix)
 
 
@@ -99,9 +99,7 @@ async def test_the_previous_release_upgrades_in_place(v1: str) -> None:
         assert all(status.kind is None and status.attempts == 0 for status in found.values())
         sleeping = found["v1-sleeping"]
         assert sleeping.until is not None
-        assert sleeping.until > datetime.now(UTC) + timedelta(
-            days=300
-        )
+        assert sleeping.until > datetime.now(UTC) + timedelta(days=300)
         # Each one is in exactly one status zset, once.
         for status in Status:
             members = await cp.client.zrange(status_index(cp.prefix, status), 0, -1)
@@ -127,9 +125,9 @@ async def test_the_previous_release_upgrades_in_place(v1: str) -> None:
             stop.set()
             await worker
         for workflow in ("v1-queued", "v1-blocked"):
-            status = await durable.status(workflow)
-            assert status is not None
-            assert status.status is Status.FINISHED
+            now = await durable.status(workflow)
+            assert now is not None
+            assert now.status is Status.FINISHED
         finished = await durable.list(status=Status.FINISHED)
         assert sorted(s.workflow for s in finished.statuses) == ["v1-blocked", "v1-queued"]
         assert (await durable.status("v1-sleeping")).status is Status.SLEEPING  # type: ignore[union-attr]
@@ -143,9 +141,11 @@ async def test_two_preparers_at_once_migrate_each_workflow_once(v1: str) -> None
     assert await asyncio.gather(*(open_and_count() for _ in range(4))) == [4, 4, 4, 4]
     async with open_redis(v1) as durable:
         cp = durable.checkpointer
-        members = []
+        members: list[str] = []
         for status in Status:
-            members += await cp.client.zrange(status_index(cp.prefix, status), 0, -1)
+            members += [
+                str(m) for m in await cp.client.zrange(status_index(cp.prefix, status), 0, -1)
+            ]
         assert sorted(m.split("|", 1)[1] for m in members) == sorted(writer.WORKFLOWS)
 
 
@@ -154,6 +154,7 @@ async def test_a_newer_schema_is_refused(bed: Bed[Any]) -> None:
     cp = bed.durable.checkpointer
     prefix = f"{bed.extras['prefix']}:v3"
     await cp.client.set(schema_key(prefix), "3")
+    assert bed.url is not None
     with pytest.raises(SchemaTooNew, match="upgrade durable-redis"):
         async with open_redis(_with_prefix(bed.url, prefix)):
             pass
