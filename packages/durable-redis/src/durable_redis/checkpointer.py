@@ -328,7 +328,7 @@ class RedisCheckpointer:
     def _check_effect_keys(self, workflow: str, effect: LuaEffect) -> None:
         base = self.hash_key(workflow)
         tag = tag_for(workflow)
-        own = (f"{base}:records", f"{base}:claim")
+        own = (f"{base}:records", f"{base}:claim", life_key(self.prefix, workflow))
         for key in effect.keys:
             found = hash_tag_of(key)
             if found != tag:
