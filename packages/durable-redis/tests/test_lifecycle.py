@@ -277,3 +277,20 @@ async def test_sixteen_concurrent_starters_on_a_cluster_find_one_winner(
         everyone = ["same", "split", *(f"order-{n}" for n in range(16))]
         await assert_every_list_exact(cp, everyone)
         assert len(await members(cp, status_index(cp.prefix, Status.READY))) == 18
+
+
+async def test_a_reader_removes_members_only_of_workflows_expired_past_the_ttl(
+    bed: Bed[Any],
+) -> None:
+    store = checkpointer_of(bed)
+    cp = RedisCheckpointer(store.client, prefix=store.prefix, ttl=timedelta(milliseconds=300))
+    await cp.admit("expires", "pay", 1)
+    # A move in flight: its member is in, its truth script has not run yet (no life).
+    await index_add(cp, "in-flight", Status.READY, "pay")
+    ready = status_index(cp.prefix, Status.READY)
+    assert await listed(cp, status=Status.READY) == ["expires"]
+    assert len(await members(cp, ready)) == 2  # the in-flight member is young: kept
+    await asyncio.sleep(0.6)
+    assert await cp.status("expires") is None  # the whole workflow expired
+    assert await listed(cp, status=Status.READY) == []
+    assert await members(cp, ready) == []  # both older than the TTL: removed by the reader

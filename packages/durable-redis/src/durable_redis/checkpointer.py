@@ -845,7 +845,7 @@ class RedisCheckpointer:
             truth = {as_text(k): as_text(v) for k, v in raw.items()}
             tx, workflow = split_member(member)
             if not truth:
-                if self.ttl is not None and score < _now_ms() - milliseconds(self.ttl):
+                if self.ttl is not None and score < (_now_ms() - milliseconds(self.ttl)) * 1000:
                     stale.append((source.key, member))  # expired with its workflow
                 continue
             if truth.get("tx") != tx or truth.get("status") != source.status:

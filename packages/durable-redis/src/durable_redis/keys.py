@@ -109,7 +109,7 @@ def index_base(prefix: str) -> str:
 
 def status_index(prefix: str, status: str) -> str:
     """The zset of every workflow in ``status``: member ``<tx>|<workflow>``, score the
-    index node's clock (ms) when the transition into it began."""
+    index node's clock (µs) when the transition into it began."""
     return f"{index_base(prefix)}:s:{status}"
 
 

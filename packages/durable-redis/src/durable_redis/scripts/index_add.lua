@@ -4,7 +4,9 @@
 --          new status's for the workflow's kind when it has one and is not running
 -- ARGV[1]  the member, <tx>|<workflow>, unique to this transition
 --
--- Answers the score: this node's TIME in ms, so a listing is ordered by one clock.
+-- Answers the score: this node's TIME in microseconds, so a listing is ordered by one
+-- clock, finely enough that one writer's successive moves never tie (a double holds
+-- today's microsecond count exactly: it is below 2^53).
 --
 -- Why first: the index lives in another slot than the workflow (on a cluster, usually
 -- another node), so a transition is two scripts and one must go first. Adding before the
@@ -13,7 +15,7 @@
 -- comparing it with the truth, never a truth that no list shows.
 
 local t = redis.call('TIME')
-local score = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = tonumber(t[1]) * 1000000 + tonumber(t[2])
 for _, key in ipairs(KEYS) do
   redis.call('ZADD', key, string.format('%d', score), ARGV[1])
 end
