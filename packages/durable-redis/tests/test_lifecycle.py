@@ -294,3 +294,32 @@ async def test_a_reader_removes_members_only_of_workflows_expired_past_the_ttl(
     assert await cp.status("expires") is None  # the whole workflow expired
     assert await listed(cp, status=Status.READY) == []
     assert await members(cp, ready) == []  # both older than the TTL: removed by the reader
+
+
+async def test_a_settle_indexes_under_the_kind_a_start_adopted_mid_pass(bed: Bed[Any]) -> None:
+    """The pass began kind-less; a start then gave the workflow a kind. settle indexed
+    under no kind, its script refuses (writing nothing), and it starts over under the
+    kind it is told: the finished workflow is listed under its kind."""
+    cp = checkpointer_of(bed)
+    began = await cp.begin("adopted", liveness=LIVE, budget=BUDGET, owner="test:1")
+    assert began is not None
+    assert began.holder is not None
+    assert began.kind is None
+    admitted = await cp.admit("adopted", "pay", {"order": 7})
+    assert admitted.created
+    settle = cp._scripts["settle"]
+    replies: list[object] = []
+
+    async def watched(**call: Any) -> Any:
+        reply = await settle(**call)
+        replies.append(reply)
+        return reply
+
+    cp._scripts._scripts["settle"] = watched  # type: ignore[assignment]
+    await cp.settle(began.holder, Settlement(Status.FINISHED, 1, value="paid"))
+    assert [reply[0] for reply in replies] == [0, 1]  # type: ignore[index]
+    assert replies[0] == [0, "pay"]
+    assert await listed(cp, status=Status.FINISHED, kind="pay") == ["adopted"]
+    await assert_every_list_exact(cp, ["adopted"])
+    # The refused first attempt dropped its own member: one finished member, no debris.
+    assert len(await members(cp, status_index(cp.prefix, Status.FINISHED))) == 1

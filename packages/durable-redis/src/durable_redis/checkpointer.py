@@ -595,8 +595,9 @@ class RedisCheckpointer:
         failure = settlement.failure
         until = "" if settlement.until is None else str(_epoch_ms(settlement.until))
         waits = json.dumps(list(settlement.keys)) if settlement.keys else ""
+        known = (workflow, holder.token) in self._kinds
         kind = self._kinds.pop((workflow, holder.token), None)
-        if kind is None:
+        if not known:  # begun through another handle: read the kind it runs under
             kind = await self._kind_of(workflow)
 
         def args(tx: str) -> tuple[Any, ...]:
