@@ -1,10 +1,14 @@
 """``RedisCheckpointer``: every guarantee of the Checkpointer as one Lua script.
 
-Each workflow is two hashes under its own hash tag, so on a cluster both live in the
+Each workflow is three hashes under its own hash tag, so on a cluster all live in the
 workflow's slot and every script touches one slot:
 
 * ``<prefix>:{<tag>}:records`` maps each record key to ``<position>:<µs>:<encoding>``;
-* ``<prefix>:{<tag>}:claim`` holds the fencing token and the two deadlines.
+* ``<prefix>:{<tag>}:claim`` holds the fencing token and the two deadlines;
+* ``<prefix>:{<tag>}:life`` holds its lifecycle (kind, input, status, attempts, outcome).
+
+The lifecycle's status index is the one structure outside the workflow's slot; see "the
+lifecycle" below for the order of writes that keeps every listing exact regardless.
 
 Each write is one script because each guarantee is only correct as one step: checking
 a workflow is free and taking it (``claim``), checking a token and applying the write it
