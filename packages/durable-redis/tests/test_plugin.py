@@ -23,7 +23,7 @@ def test_the_plugin_is_found_through_its_entry_point() -> None:
     assert isinstance(plugin, StorePlugin)
     assert plugin.name == "redis"
     assert set(plugin.schemes) >= {"redis", "rediss", "redis+cluster"}
-    assert plugin.capabilities == {"transact", "cluster", "enumerate"}
+    assert plugin.capabilities == {"transact", "cluster", "enumerate", "lifecycle"}
     assert plugin.testing is not None
     assert plugin.distribution == "durable-redis"
 

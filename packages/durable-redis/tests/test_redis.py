@@ -153,8 +153,9 @@ async def test_an_effect_key_outside_the_tag_is_refused_before_anything_is_sent(
             await cp.transact(holder, "k", LuaEffect(SEED_LEDGER, (key,), ("piano", 1)))
         assert refused.value.key == key
         assert "{order%7B7%7D}" in str(refused.value)
-    with pytest.raises(ValueError, match="store's own keys"):
-        await cp.transact(holder, "k", LuaEffect(SEED_LEDGER, (f"{holder_key}:claim",)))
+    for own in ("claim", "records", "life"):  # the life: an effect must not forge a status
+        with pytest.raises(ValueError, match="store's own keys"):
+            await cp.transact(holder, "k", LuaEffect(SEED_LEDGER, (f"{holder_key}:{own}",)))
     await client.aclose()
 
 

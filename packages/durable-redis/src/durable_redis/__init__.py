@@ -20,7 +20,13 @@ if _typing.TYPE_CHECKING:
     from durable_redis.checkpointer import RedisCheckpointer
     from durable_redis.durable import RedisDurable
     from durable_redis.effect import LuaEffect
-    from durable_redis.errors import CrossSlotError, LuaEffectFailed, RedisUnavailable, UntaggedKey
+    from durable_redis.errors import (
+        CrossSlotError,
+        LuaEffectFailed,
+        RedisUnavailable,
+        SchemaTooNew,
+        UntaggedKey,
+    )
     from durable_redis.plugin import open_redis
     from durable_redis.scheduler import RedisStreamScheduler
 else:
@@ -36,6 +42,7 @@ else:
             "RedisDurable": "durable_redis.durable",
             "RedisStreamScheduler": "durable_redis.scheduler",
             "RedisUnavailable": "durable_redis.errors",
+            "SchemaTooNew": "durable_redis.errors",
             "UntaggedKey": "durable_redis.errors",
             "open_redis": "durable_redis.plugin",
         },
@@ -49,6 +56,7 @@ __all__ = [
     "RedisDurable",
     "RedisStreamScheduler",
     "RedisUnavailable",
+    "SchemaTooNew",
     "UntaggedKey",
     "open_redis",
 ]

@@ -1,10 +1,14 @@
 """``RedisCheckpointer``: every guarantee of the Checkpointer as one Lua script.
 
-Each workflow is two hashes under its own hash tag, so on a cluster both live in the
+Each workflow is three hashes under its own hash tag, so on a cluster all live in the
 workflow's slot and every script touches one slot:
 
 * ``<prefix>:{<tag>}:records`` maps each record key to ``<position>:<µs>:<encoding>``;
-* ``<prefix>:{<tag>}:claim`` holds the fencing token and the two deadlines.
+* ``<prefix>:{<tag>}:claim`` holds the fencing token and the two deadlines;
+* ``<prefix>:{<tag>}:life`` holds its lifecycle (kind, input, status, attempts, outcome).
+
+The lifecycle's status index is the one structure outside the workflow's slot; see "the
+lifecycle" below for the order of writes that keeps every listing exact regardless.
 
 Each write is one script because each guarantee is only correct as one step: checking
 a workflow is free and taking it (``claim``), checking a token and applying the write it
@@ -17,39 +21,81 @@ record is stamped with it at its winning write.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
+import logging
+import secrets
 import uuid
-from datetime import timedelta
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from durable.boundary import check_duration, check_key, check_message_id, check_workflow
+from durable.boundary import (
+    check_duration,
+    check_key,
+    check_kind,
+    check_message_id,
+    check_settlement,
+    check_workflow,
+)
 from durable.codec import CheckpointCodec, JsonCodec, UnencodableValue, encode_value
 from durable.interfaces import (
     INBOX_PREFIX,
     SENT_PREFIX,
+    Admitted,
+    Began,
     Claimed,
     Entry,
+    Failure,
     Fenced,
+    NotRetryable,
+    Page,
     Pass,
     Recorded,
+    Settlement,
+    StartConflict,
+    Status,
+    StoreUnavailable,
+    UnknownWorkflow,
+    WorkflowStatus,
     inbox_key,
 )
 from redis.exceptions import ResponseError
 
 from durable_redis.effect import LuaEffect
 from durable_redis.errors import LuaEffectFailed, UntaggedKey
-from durable_redis.keys import check_prefix, glob_escape, hash_tag_of, tag_for, workflow_of_tag
+from durable_redis.keys import (
+    STATUSES,
+    check_prefix,
+    glob_escape,
+    hash_tag_of,
+    kind_index,
+    life_key,
+    member_of,
+    split_member,
+    status_index,
+    tag_for,
+    workflow_of_tag,
+)
 from durable_redis.scripts import (
     CHECKPOINT_SCRIPTS,
     DRIVER_ERRORS,
     EPOCH,
+    INDEX_SCRIPTS,
     Client,
     ScriptBook,
     as_text,
     checkpoint_source,
     describe,
+    index_source,
     milliseconds,
     translate,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RedisCheckpointer"]
 
@@ -90,7 +136,11 @@ class RedisCheckpointer:
         self._ttl = str(milliseconds(ttl)) if ttl is not None else "0"
         self._json = "1" if isinstance(self.codec, JsonCodec) else "0"
         self._scripts = ScriptBook(client, CHECKPOINT_SCRIPTS, checkpoint_source)
+        self._index_scripts = ScriptBook(client, INDEX_SCRIPTS, index_source)
         self._where = describe(client)
+        # The kind each pass began under, so settle indexes under it without a read; a
+        # pass settled by another handle reads it (see _kind_of).
+        self._kinds: dict[tuple[str, int], str | None] = {}
 
     def __repr__(self) -> str:
         return f"RedisCheckpointer({self._where}, prefix={self.prefix!r}, codec={self.codec!r})"
@@ -111,10 +161,15 @@ class RedisCheckpointer:
         base = self.hash_key(workflow)
         return f"{base}:records", f"{base}:claim"
 
+    def _life_keys(self, workflow: str) -> tuple[str, str, str]:
+        base = self.hash_key(workflow)
+        return f"{base}:records", f"{base}:claim", life_key(self.prefix, workflow)
+
     async def load_scripts(self) -> None:
         """Load every script into the server now (into every primary, on a cluster)."""
         try:
             await self._scripts.preload()
+            await self._index_scripts.preload()
         except DRIVER_ERRORS as error:
             raise self._translated(error, "loading the checkpoint scripts", ()) from error
 
@@ -277,7 +332,7 @@ class RedisCheckpointer:
     def _check_effect_keys(self, workflow: str, effect: LuaEffect) -> None:
         base = self.hash_key(workflow)
         tag = tag_for(workflow)
-        own = (f"{base}:records", f"{base}:claim")
+        own = (f"{base}:records", f"{base}:claim", life_key(self.prefix, workflow))
         for key in effect.keys:
             found = hash_tag_of(key)
             if found != tag:
@@ -327,9 +382,9 @@ class RedisCheckpointer:
         check_workflow(workflow)
         check_key(workflow, key)
         encoded = self._encode(workflow, key, value)
-        records, claim = self._keys(workflow)
+        keys = self._life_keys(workflow)
         doing = f"supply of {key!r} to {workflow!r}"
-        reply = await self._call("supply", (records, claim), (key, encoded, self._ttl), doing)
+        reply = await self._call("supply", keys, (key, encoded, self._ttl), doing)
         if reply == 1:
             return self.codec.decode(encoded)
         return self.codec.decode(as_text(reply[1]))
@@ -347,7 +402,7 @@ class RedisCheckpointer:
         check_workflow(workflow)
         check_message_id(workflow, message_id)
         encoded = self._encode(workflow, "<inbox>", value)
-        records, claim = self._keys(workflow)
+        keys = self._life_keys(workflow)
         if message_id is None:
             marker, doing = f"{SENT_PREFIX}call:{uuid.uuid4().hex}", f"append to {workflow!r}"
         else:
@@ -355,13 +410,516 @@ class RedisCheckpointer:
             doing = f"append to {workflow!r} with message id {message_id!r}"
         key = await self._call(
             "append",
-            (records, claim),
+            keys,
             (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl, marker),
             doing,
         )
         return as_text(key)
 
     async def discard(self, workflow: str) -> None:
+        """Forget the records and the life, raise the fence, then drop the life's member
+        from the status index (a crash between leaves a member every listing filters)."""
         check_workflow(workflow)
-        records, claim = self._keys(workflow)
-        await self._call("discard", (records, claim), (self._ttl,), f"discard of {workflow!r}")
+        doing = f"discard of {workflow!r}"
+        tx, status, kind = await self._call(
+            "discard", self._life_keys(workflow), (self._ttl,), doing
+        )
+        if tx is not None and status is not None:
+            await self._drop(workflow, as_text(tx), as_text(status), _text(kind))
+
+    # -- the lifecycle -------------------------------------------------------------
+    #
+    # Truth is the life hash, in the workflow's slot, moved by one script per transition
+    # together with the claim when the claim is involved. The status index is a family of
+    # zsets in a slot of their own. A transition is therefore three steps, always in this
+    # order (_transition): (1) add this transition's member, <tx>|<workflow>, to the zsets
+    # of the status it moves to; (2) the truth script, which records tx and answers the
+    # member it superseded; (3) remove exactly that member, or this transition's own when
+    # the script changed nothing. The invariant "the truth's (status, tx) has its member in
+    # that status's zsets" holds at every moment in between, so a crash leaves only stale
+    # members, which every listing drops by comparing each member with the truth.
+
+    def _zsets(self, status: str, kind: str | None) -> tuple[str, ...]:
+        if kind is None or status == Status.RUNNING:
+            return (status_index(self.prefix, status),)
+        return (status_index(self.prefix, status), kind_index(self.prefix, kind, status))
+
+    async def _index(self, name: str, zsets: tuple[str, ...], member: str, doing: str) -> Any:
+        try:
+            return await self._index_scripts[name](keys=zsets, args=(member,))
+        except DRIVER_ERRORS as error:
+            raise self._translated(error, doing, zsets) from error
+
+    async def _drop(self, workflow: str, tx: str, status: str, kind: str | None) -> None:
+        """Step 3: remove a member nobody can make current again. Best effort: the truth has
+        already moved, so an outage here must not report the move as failed; the member left
+        behind is debris that every listing filters."""
+        zsets = self._zsets(status, kind)
+        try:
+            await self._index("index_drop", zsets, member_of(tx, workflow), "index drop")
+        except StoreUnavailable as error:
+            log.info("left a stale status index member of %r behind: %s", workflow, error)
+
+    async def _transition(
+        self,
+        workflow: str,
+        status: str,
+        kind: str | None,
+        script: str,
+        keys: tuple[str, ...],
+        args: Callable[[str], tuple[Any, ...]],
+        doing: str,
+        superseded: Callable[[list[Any]], _Superseded],
+    ) -> list[Any]:
+        """One move of the status: index add, truth script, index drop (see above).
+
+        ``superseded`` reads the script's reply: the (tx, status, kind) it replaced, to
+        drop; ``_OWN`` when it changed nothing, to drop this move's own member; ``_KEEP``
+        when this move's member is now current and there is nothing older to drop (a new
+        life, or a resend of a call that already ran). If the script raises, nothing is
+        dropped: it may have run, and a member too many is only ever filtered.
+        """
+        tx = secrets.token_hex(8)
+        member = member_of(tx, workflow)
+        zsets = self._zsets(status, kind)
+        await self._index("index_add", zsets, member, f"indexing the {doing}")
+        reply: list[Any] = await self._call(script, keys, args(tx), doing)
+        old = superseded(reply)
+        if old is _OWN:
+            try:
+                await self._index("index_drop", zsets, member, "index drop")
+            except StoreUnavailable as error:
+                log.info("left a stale status index member of %r behind: %s", workflow, error)
+        elif isinstance(old, tuple):
+            await self._drop(workflow, *old)
+        return reply
+
+    async def _kind_of(self, workflow: str) -> str | None:
+        life = life_key(self.prefix, workflow)
+        try:
+            kind = await self.client.hget(life, "kind")
+        except DRIVER_ERRORS as error:
+            raise self._translated(error, f"reading the kind of {workflow!r}", (life,)) from error
+        return _text(kind)
+
+    def _decode(self, encoding: str | bytes | None) -> object:
+        return None if encoding is None else self.codec.decode(as_text(encoding))
+
+    async def admit(
+        self, workflow: str, kind: str, input: object, *, queue: str = "default"
+    ) -> Admitted:
+        check_workflow(workflow)
+        check_kind(kind)
+        try:
+            check_kind(queue)
+        except ValueError:
+            raise ValueError(
+                f"workflow {workflow!r}: queue {queue!r} is not allowed: a queue is named as a "
+                "kind is (1 to 100 of letters, digits, '_', '.' and '-')"
+            ) from None
+        encoded = self._encode(workflow, "<input>", input)
+        reply = await self._transition(
+            workflow,
+            Status.READY,
+            kind,
+            "admit",
+            self._life_keys(workflow),
+            lambda tx: (kind, encoded, queue, tx, self._ttl),
+            f"start of {workflow!r} as {kind!r}",
+            _moved,
+        )
+        code = reply[0]
+        if code == -1:
+            raise StartConflict(workflow, kind, input, _text(reply[1]), self._decode(reply[2]))
+        status = await self.status(workflow)
+        if status is None:  # discarded between the two calls
+            raise UnknownWorkflow(f"workflow {workflow!r} was discarded while it was started")
+        created = code in (1, 2)
+        return Admitted(status, created, created or status.status is Status.READY)
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        check_workflow(workflow)
+        check_duration("liveness", liveness, workflow=workflow)
+        check_duration("budget", budget, workflow=workflow)
+        if not isinstance(owner, str) or not owner:
+            raise ValueError(f"workflow {workflow!r}: owner must be a non-empty str, got {owner!r}")
+
+        def superseded(reply: list[Any]) -> _Superseded:
+            token, _, kind, _, _, _, old_tx = reply[:7]
+            if token is None:
+                return _OWN
+            if old_tx is None:
+                return _KEEP
+            return as_text(old_tx), as_text(reply[1]), _text(kind)
+
+        reply = await self._transition(
+            workflow,
+            Status.RUNNING,
+            None,
+            "begin",
+            self._life_keys(workflow),
+            lambda tx: (milliseconds(liveness), milliseconds(budget), self._ttl, owner, tx),
+            f"begin of {workflow!r}",
+            superseded,
+        )
+        token, before, kind, input, attempts, lost, _ = reply[:7]
+        previous = Status(as_text(before)) if before is not None else Status.READY
+        if token is None:
+            if not previous.terminal:
+                return None  # contended: a live pass holds it
+            return Began(None, previous, _text(kind), self._decode(input), int(attempts), None)
+        holder = Pass(workflow, int(token))
+        if len(self._kinds) >= 4096:  # passes that never settled: forget the oldest
+            del self._kinds[next(iter(self._kinds))]
+        self._kinds[(workflow, holder.token)] = _text(kind)
+        return Began(holder, previous, _text(kind), self._decode(input), int(attempts), _text(lost))
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        if step is not None and not isinstance(step, str):
+            raise TypeError(f"{holder}: beat takes a step key (str) or None, got {step!r}")
+        _, claim, life = self._life_keys(holder.workflow)
+        reply = await self._call(
+            "beat", (claim, life), (str(holder.token), step or ""), f"beat of {holder}"
+        )
+        if reply == 1:
+            return holder
+        status, detail = reply
+        if status == -2:
+            raise Fenced(f"{holder} has spent its budget; stop this pass")
+        raise self._fenced(holder, detail, "beat")
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        check_settlement(holder, settlement)
+        workflow = holder.workflow
+        value = ""
+        if settlement.status is Status.FINISHED:
+            value = self._encode(workflow, "<value>", settlement.value)
+        failure = settlement.failure
+        until = "" if settlement.until is None else str(_epoch_ms(settlement.until))
+        waits = json.dumps(list(settlement.keys)) if settlement.keys else ""
+        known = (workflow, holder.token) in self._kinds
+        kind = self._kinds.pop((workflow, holder.token), None)
+        if not known:  # begun through another handle: read the kind it runs under
+            kind = await self._kind_of(workflow)
+
+        def args(tx: str) -> tuple[Any, ...]:
+            return (
+                str(holder.token),
+                tx,
+                kind or "",
+                str(settlement.status),
+                str(settlement.attempts),
+                value,
+                "1" if settlement.status is Status.FINISHED else "0",
+                failure.type if failure else "",
+                failure.message if failure else "",
+                failure.traceback if failure else "",
+                str(failure.attempts) if failure else "",
+                "1" if failure else "0",
+                until,
+                waits,
+                self._ttl,
+            )
+
+        while True:
+            reply = await self._transition(
+                workflow,
+                settlement.status,
+                kind,
+                "settle",
+                self._life_keys(workflow),
+                args,
+                f"settle of {holder} as {settlement.status}",
+                _moved,
+            )
+            code = reply[0]
+            if code in (1, 2):
+                return
+            if code == -1:
+                raise self._fenced(holder, reply[1], f"settle as {settlement.status}")
+            kind = _text(reply[1])  # a start adopted it mid-pass: index under its kind
+
+    async def _from_outside(self, workflow: str, status: Status, script: str) -> list[Any]:
+        """withdraw and readmit: read the kind, index under it, move; start over with a new
+        tx when the kind changed in between (the script answers -3 and wrote nothing)."""
+        check_workflow(workflow)
+        while True:
+            kind = await self._kind_of(workflow)
+            reply = await self._transition(
+                workflow,
+                status,
+                kind,
+                script,
+                self._life_keys(workflow),
+                lambda tx, kind=kind: (kind or "", tx, self._ttl),  # type: ignore[misc]
+                f"{script} of {workflow!r}",
+                _moved,
+            )
+            if reply[0] != -3:
+                return reply
+
+    async def withdraw(self, workflow: str) -> WorkflowStatus:
+        reply = await self._from_outside(workflow, Status.CANCELLED, "withdraw")
+        if reply[0] == -2:
+            raise UnknownWorkflow(f"no workflow {workflow!r}: nothing was started or recorded")
+        return await self._must_status(workflow)
+
+    async def readmit(self, workflow: str) -> WorkflowStatus:
+        reply = await self._from_outside(workflow, Status.READY, "readmit")
+        if reply[0] == -2:
+            raise UnknownWorkflow(f"no workflow {workflow!r}: it has no recorded status")
+        if reply[0] == -1:
+            raise NotRetryable(workflow, Status(as_text(reply[1])))
+        return await self._must_status(workflow)
+
+    async def _must_status(self, workflow: str) -> WorkflowStatus:
+        status = await self.status(workflow)
+        if status is None:
+            raise UnknownWorkflow(f"workflow {workflow!r} was discarded meanwhile")
+        return status
+
+    async def status(self, workflow: str) -> WorkflowStatus | None:
+        check_workflow(workflow)
+        _, claim, life = self._life_keys(workflow)
+        doing = f"reading the status of {workflow!r}"
+        flat, token, live, _ = await self._call("status", (claim, life), (), doing)
+        if not flat:
+            return None
+        return self._status_of(workflow, _pairs(flat), token, live)
+
+    def _status_of(
+        self, workflow: str, life: dict[str, str], token: Any, live: Any
+    ) -> WorkflowStatus:
+        status = Status(life["status"])
+        running = status is Status.RUNNING and live is not None and token is not None
+        if running:
+            until: datetime | None = _moment(as_text(live))
+        else:
+            until = _moment(life.get("until_at")) if status is Status.SLEEPING else None
+        failure = None
+        if "failure_type" in life:
+            failure = Failure(
+                life["failure_type"],
+                life.get("failure_message", ""),
+                life.get("failure_traceback", ""),
+                int(life.get("failure_attempts") or 0),
+            )
+        return WorkflowStatus(
+            workflow=workflow,
+            status=status,
+            kind=life.get("kind") or None,
+            attempts=int(life.get("attempts") or 0),
+            updated_at=_moment(life.get("updated_at")) or EPOCH,
+            started_at=_moment(life.get("started_at")),
+            input=self._decode(life.get("input")),
+            queue=life.get("queue") or "default",
+            token=int(token) if running else None,
+            owner=life.get("owner") if status is Status.RUNNING else None,
+            since=_moment(life.get("since")) if status is Status.RUNNING else None,
+            step=life.get("step") or None if status is Status.RUNNING else None,
+            until=until,
+            keys=tuple(json.loads(life["waits"])) if life.get("waits") else (),
+            value=self._decode(life.get("value")) if status is Status.FINISHED else None,
+            failure=failure,
+        )
+
+    async def adopt(self, workflow: str, status: Status, until: datetime | None = None) -> bool:
+        """Give ``workflow``, written before lifecycle, a life: ``status`` (what its queue
+        entry implies), attempts 0, no kind. Only if it has none, so running it twice, or
+        beside a start, changes nothing. True when this call created it."""
+        check_workflow(workflow)
+        status = Status(status)
+        until_ms = "" if until is None else str(_epoch_ms(until))
+        reply = await self._transition(
+            workflow,
+            status,
+            None,
+            "adopt",
+            self._life_keys(workflow),
+            lambda tx: (str(status), until_ms, tx, self._ttl),
+            f"migration of {workflow!r}",
+            lambda created: _KEEP if created == 1 else _OWN,  # type: ignore[comparison-overlap]
+        )
+        created: object = reply
+        return created == 1
+
+    async def statuses(
+        self,
+        *,
+        status: Status | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """Newest first, from the index: each source zset is read downwards from the cursor
+        in batches, the sources are merged by (score, member), and each candidate is kept
+        only if its workflow's truth still holds that member's tx and status (and kind).
+
+        The cursor is the last row's ``<score>:<member>``; a page costs its rows plus the
+        stale members (crash debris) in its range, never the store's size.
+        """
+        if status is not None:
+            status = Status(status)
+        if kind is not None:
+            check_kind(kind)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an int of at least 1, got {limit!r}")
+        bound = _parse_cursor(cursor)
+        sources = [
+            _Source(
+                kind_index(self.prefix, kind, s)
+                if kind is not None and s != Status.RUNNING
+                else status_index(self.prefix, s),
+                s,
+                kind,
+                bound,
+            )
+            for s in ((status,) if status is not None else tuple(Status(s) for s in STATUSES))
+        ]
+        batch = min(max(limit + 1, 16), 1000)
+        found: list[tuple[tuple[int, str], WorkflowStatus]] = []
+        while len(found) <= limit:
+            candidates: list[tuple[tuple[int, str], _Source]] = []
+            while len(candidates) < limit + 1 - len(found):
+                for source in sources:
+                    if not source.rows and not source.exhausted:
+                        await self._fill(source, batch)
+                heads = [source for source in sources if source.rows]
+                if not heads:
+                    break
+                best = max(heads, key=lambda source: source.rows[0])
+                candidates.append((best.rows.popleft(), best))
+            if not candidates:
+                break
+            found.extend(await self._keep_current(candidates))
+        page = found[:limit]
+        more = len(found) > limit
+        next_cursor = f"{page[-1][0][0]}:{page[-1][0][1]}" if more and page else None
+        return Page(tuple(row for _, row in page), next_cursor)
+
+    async def _fill(self, source: _Source, batch: int) -> None:
+        """The next rows of ``source`` strictly below its bound, newest first."""
+        top = "+inf" if source.bound is None else str(source.bound[0])
+        count = batch
+        while True:
+            try:
+                raw = await self.client.zrange(
+                    source.key,
+                    top,
+                    "-inf",
+                    desc=True,
+                    byscore=True,
+                    offset=0,
+                    num=count,
+                    withscores=True,
+                )
+            except DRIVER_ERRORS as error:
+                raise self._translated(error, "listing statuses", (source.key,)) from error
+            pairs: list[Any] = raw
+            rows = [(int(score), as_text(member)) for member, score in pairs]
+            below = [row for row in rows if source.bound is None or row < source.bound]
+            if below or len(rows) < count:
+                break
+            count *= 2  # every row read sits at the bound's score, above it: read further
+        source.rows.extend(below)
+        source.exhausted = len(rows) < count
+        if below:
+            source.bound = below[-1]
+
+    async def _keep_current(
+        self, candidates: list[tuple[tuple[int, str], _Source]]
+    ) -> list[tuple[tuple[int, str], WorkflowStatus]]:
+        """The candidates whose member is their workflow's current one, read in one
+        pipeline (split by node on a cluster)."""
+        workflows = [split_member(member)[1] for (_, member), _ in candidates]
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for workflow in workflows:
+                _, claim, life = self._life_keys(workflow)
+                pipe.hgetall(life)
+                pipe.hmget(claim, ["token", "live"])
+            replies = await pipe.execute()
+        except DRIVER_ERRORS as error:
+            raise self._translated(error, "reading statuses", ()) from error
+        kept = []
+        stale: list[tuple[str, str]] = []
+        for index, ((score, member), source) in enumerate(candidates):
+            raw, (token, live) = replies[2 * index], replies[2 * index + 1]
+            truth = {as_text(k): as_text(v) for k, v in raw.items()}
+            tx, workflow = split_member(member)
+            if not truth:
+                if self.ttl is not None and score < (_now_ms() - milliseconds(self.ttl)) * 1000:
+                    stale.append((source.key, member))  # expired with its workflow
+                continue
+            if truth.get("tx") != tx or truth.get("status") != source.status:
+                continue
+            if source.kind is not None and (truth.get("kind") or None) != source.kind:
+                continue
+            kept.append(((score, member), self._status_of(workflow, truth, token, live)))
+        for key, member in stale:
+            with contextlib.suppress(*DRIVER_ERRORS):  # else left for the next reader
+                await self.client.zrem(key, member)
+        return kept
+
+
+_OWN = "own"
+_KEEP = "keep"
+_Superseded = tuple[str, str, str | None] | str
+
+
+def _moved(reply: list[Any]) -> _Superseded:
+    """The common reply: {1, old tx, old status, old kind} moved; {2} a resend that already
+    ran; anything else changed nothing."""
+    if reply[0] == 1:
+        if reply[1] is None or reply[2] is None:
+            return _KEEP  # a new life: nothing older to drop
+        return as_text(reply[1]), as_text(reply[2]), _text(reply[3])
+    if reply[0] == 2:
+        return _KEEP
+    return _OWN
+
+
+@dataclass
+class _Source:
+    """One zset a listing reads, with the truth its members must match."""
+
+    key: str
+    status: str
+    kind: str | None
+    bound: tuple[int, str] | None
+    rows: deque[tuple[int, str]] = dataclasses.field(default_factory=deque)
+    exhausted: bool = False
+
+
+def _parse_cursor(cursor: str | None) -> tuple[int, str] | None:
+    if cursor is None:
+        return None
+    score, sep, member = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
+    if not sep or not score.isdigit() or "|" not in member:
+        raise ValueError(f"not a cursor this store issued: {cursor!r}")
+    return int(score), member
+
+
+def _text(value: str | bytes | None) -> str | None:
+    """A reply as text, with nil and the empty string (no kind) read as None."""
+    if value is None:
+        return None
+    return as_text(value) or None
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    return {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def _moment(ms: str | None) -> datetime | None:
+    return None if not ms else EPOCH + timedelta(milliseconds=int(ms))
+
+
+def _epoch_ms(moment: datetime) -> int:
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def _now_ms() -> int:
+    return _epoch_ms(datetime.now(EPOCH.tzinfo))

@@ -39,7 +39,7 @@ def durable_store() -> StorePlugin:
         name="redis",
         schemes=SCHEMES,
         open=open_store,
-        capabilities=frozenset({"transact", "cluster", "enumerate"}),
+        capabilities=frozenset({"transact", "cluster", "enumerate", "lifecycle"}),
         testing=testing,
         distribution="durable-redis",
         description="Redis and Redis Cluster: every guarantee as one Lua script",

@@ -10,6 +10,7 @@ __all__ = [
     "CrossSlotError",
     "LuaEffectFailed",
     "RedisUnavailable",
+    "SchemaTooNew",
     "UntaggedKey",
 ]
 
@@ -79,3 +80,19 @@ class RedisUnavailable(StoreUnavailable):
     can tell an outage from a refusal without importing redis-py. A
     :class:`~durable.interfaces.StoreUnavailable`: a worker waits it out with backoff.
     """
+
+
+class SchemaTooNew(StoreError):
+    """The keys under this prefix were written by a newer durable-redis than this one.
+
+    ``<prefix>:schema`` holds the layout's version; this release reads version 2 and
+    upgrades version 1 (no ``schema`` key) in place, but cannot know what a later layout
+    changed, so it refuses rather than writing over it.
+    """
+
+    def __init__(self, prefix: str, found: str, supported: int) -> None:
+        self.prefix, self.found, self.supported = prefix, found, supported
+        super().__init__(
+            f"the Redis keys under prefix {prefix!r} are at schema version {found}, newer "
+            f"than the {supported} this durable-redis reads; upgrade durable-redis"
+        )

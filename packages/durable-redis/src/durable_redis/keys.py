@@ -18,12 +18,24 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "STATUSES",
     "check_prefix",
     "glob_escape",
     "hash_tag_of",
+    "index_base",
+    "kind_index",
+    "life_key",
+    "member_of",
+    "schema_key",
+    "split_member",
+    "status_index",
     "tag_for",
     "workflow_of_tag",
 ]
+
+STATUSES = ("ready", "running", "sleeping", "blocked", "finished", "failed", "cancelled")
+"""Every status a life hash may hold (``durable.interfaces.Status``'s values), in the
+order the status index lists its zsets."""
 
 _ESCAPES = {"%": "%25", "{": "%7B", "}": "%7D"}
 _UNESCAPES = {escaped: raw for raw, escaped in _ESCAPES.items()}
@@ -73,3 +85,52 @@ def check_prefix(prefix: object) -> str:
 def glob_escape(text: str) -> str:
     """``text`` with the characters SCAN MATCH treats specially escaped."""
     return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+# -- the lifecycle's keys -------------------------------------------------------------------
+#
+# A workflow's life (kind, input, status, attempts, outcome) is a hash in the workflow's own
+# slot, beside its records and claim, so each transition of it is one script with the claim.
+# The status index is a family of sorted sets in one slot of their own (tagged
+# ``{<prefix>.index}``): a listing reads one or a few keys however many workflows exist, and
+# the price is that a transition writes two slots, which the checkpointer orders so that
+# every list stays exact (see RedisCheckpointer and docs/stores/redis.md).
+
+
+def life_key(prefix: str, workflow: str) -> str:
+    """The hash of ``workflow``'s life: ``prefix:{tag}:life``."""
+    return f"{prefix}:{{{tag_for(workflow)}}}:life"
+
+
+def index_base(prefix: str) -> str:
+    """The start of every status index key; its tag puts them all in one slot."""
+    return f"{prefix}:index:{{{prefix}.index}}"
+
+
+def status_index(prefix: str, status: str) -> str:
+    """The zset of every workflow in ``status``: member ``<tx>|<workflow>``, score the
+    index node's clock (µs) when the transition into it began."""
+    return f"{index_base(prefix)}:s:{status}"
+
+
+def kind_index(prefix: str, kind: str, status: str) -> str:
+    """The zset of the workflows of ``kind`` in ``status`` (never ``running``: a pass learns
+    the kind only from its own begin, after its index entry must already be written).
+    Kind names match ``durable.workflows.KIND_NAME``: no braces or colons to escape."""
+    return f"{index_base(prefix)}:k:{kind}:s:{status}"
+
+
+def schema_key(prefix: str) -> str:
+    """The key holding the version of this prefix's layout (``2`` since lifecycle)."""
+    return f"{prefix}:schema"
+
+
+def member_of(tx: str, workflow: str) -> str:
+    """An index member: unique to one transition, so removing it can never remove another."""
+    return f"{tx}|{workflow}"
+
+
+def split_member(member: str) -> tuple[str, str]:
+    """``(tx, workflow)`` of an index member (the tx never contains ``|``)."""
+    tx, _, workflow = member.partition("|")
+    return tx, workflow

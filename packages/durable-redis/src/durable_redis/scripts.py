@@ -44,10 +44,12 @@ from durable_redis.errors import CrossSlotError, RedisUnavailable
 __all__ = [
     "DRIVER_ERRORS",
     "EPOCH",
+    "INDEX_SCRIPTS",
     "Client",
     "ScriptBook",
     "as_text",
     "describe",
+    "index_source",
     "lua",
     "milliseconds",
     "translate",
@@ -67,7 +69,18 @@ CHECKPOINT_SCRIPTS = (
     "supply",
     "append",
     "discard",
+    # the lifecycle: each moves the life hash in the workflow's slot (see keys.py)
+    "admit",
+    "begin",
+    "beat",
+    "settle",
+    "withdraw",
+    "readmit",
+    "adopt",
+    "status",
 )
+INDEX_SCRIPTS = ("index_add", "index_drop")
+"""The status index's scripts: their keys are the index's zsets, in a slot of their own."""
 QUEUE_SCRIPTS = ("make_ready", "take", "answer", "wake_due", "cancel")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -96,7 +109,15 @@ def _compose(prelude: str, *parts: str) -> str:
 
 
 def checkpoint_source(name: str) -> str:
-    return _compose("prelude", lua(name))
+    """A checkpoint script with the prelude, or as written when it carries its own ``#!lua``
+    line (a read-only script declaring ``flags=no-writes`` needs no helpers)."""
+    text = lua(name)
+    return text if text.startswith("#!lua") else _compose("prelude", text)
+
+
+def index_source(name: str) -> str:
+    """An index script: a body of its own, touching only the zsets it declares."""
+    return "\n".join(("#!lua", lua(name)))
 
 
 def queue_source(name: str) -> str:

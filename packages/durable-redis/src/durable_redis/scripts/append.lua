@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  the records hash
 -- KEYS[2]  the claim hash (only to refresh its TTL)
+-- KEYS[3]  the life hash (only to refresh its TTL)
 -- ARGV[1]  the entry's encoding
 -- ARGV[2]  the inbox key prefix (durable.INBOX_PREFIX)
 -- ARGV[3]  how many digits an inbox position is padded to
@@ -36,5 +37,5 @@ redis.call('HSET', KEYS[1], key, position .. ':' .. now_us() .. ':' .. ARGV[1])
 if marker then
   redis.call('HSET', KEYS[1], marker, pack(KEYS[1], key))
 end
-refresh(ARGV[4], KEYS[1], KEYS[2])
+refresh(ARGV[4], KEYS[1], KEYS[2], KEYS[3])
 return key

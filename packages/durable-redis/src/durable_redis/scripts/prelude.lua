@@ -41,12 +41,26 @@ local function raise_token(claim, previous)
   return redis.call('HINCRBY', claim, 'token', int(math.max(now_ms(), previous + 1) - previous))
 end
 
+-- Lengthen a key's expiry to ``ms`` from now, never shorten it; a key without one gets it.
+-- (PEXPIRE GT alone treats "no expiry" as infinite and would never set one.)
+local function keep_for(key, ms)
+  if redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, ms)
+  else
+    redis.call('PEXPIRE', key, ms, 'GT')
+  end
+end
+
 -- The optional TTL, refreshed on every write. The claim hash only ever has its expiry
--- lengthened here (GT), since the claim script sized it to outlive the pass's budget.
-local function refresh(ttl, records, claim)
+-- lengthened here (GT), since the claim script sized it to outlive the pass's budget; so is
+-- the life hash (when the script declared it), which begin sized the same way.
+local function refresh(ttl, records, claim, life)
   if ttl ~= '0' then
     redis.call('PEXPIRE', records, ttl)
     redis.call('PEXPIRE', claim, ttl, 'GT')
+    if life then
+      keep_for(life, ttl)
+    end
   end
 end
 
@@ -66,9 +80,9 @@ end
 -- First writer wins: write the record unless the key holds one, and say whose encoding
 -- is stored. Answers 1 when it is this one (a win, or a tie with an identical earlier
 -- write), {0, stored encoding} otherwise. A losing write writes nothing, not even a TTL.
-local function write_once(records, claim, key, encoding, ttl)
+local function write_once(records, claim, key, encoding, ttl, life)
   if redis.call('HSETNX', records, key, pack(records, encoding)) == 1 then
-    refresh(ttl, records, claim)
+    refresh(ttl, records, claim, life)
     return 1
   end
   local stored = encoding_of(redis.call('HGET', records, key))
@@ -86,4 +100,99 @@ local function fenced(claim, token)
     return {-1, current or ''}
   end
   return nil
+end
+
+-- Take the claim for one pass (claim.lua, and begin.lua with the life update): the token,
+-- or false while a live pass holds it. See claim.lua for why the token tracks the clock.
+local function take_claim(claim, records, liveness, budget, ttl)
+  local now = now_ms()
+  local held = redis.call('HMGET', claim, 'token', 'live', 'budget')
+  local live, until_budget = tonumber(held[2]), tonumber(held[3])
+  if live and until_budget and now < live and now < until_budget then
+    return false
+  end
+  local previous = tonumber(held[1]) or 0
+  local token = raise_token(claim, previous)
+  local budget_until = now + tonumber(budget)
+  redis.call('HSET', claim,
+    'live', int(math.min(now + tonumber(liveness), budget_until)),
+    'budget', int(budget_until),
+    'window', liveness)
+  -- A held claim must not expire under its holder, so its hash outlives the budget.
+  if tonumber(ttl) > 0 then
+    redis.call('PEXPIRE', claim, int(math.max(tonumber(ttl), tonumber(budget))))
+    redis.call('PEXPIRE', records, ttl)
+  end
+  return token
+end
+
+-- Push a holder's liveness forward, never past its budget (renew.lua, beat.lua): 1, or
+-- {-1, current token} when superseded or released, {-2, budget} when the budget is spent.
+local function renew_claim(claim, token)
+  local held = redis.call('HMGET', claim, 'token', 'live', 'budget', 'window')
+  if held[1] ~= token or not held[2] then
+    return {-1, held[1] or ''}
+  end
+  local now = now_ms()
+  local budget = tonumber(held[3])
+  if now >= budget then
+    return {-2, held[3]}
+  end
+  redis.call('HSET', claim, 'live', int(math.min(now + tonumber(held[4]), budget)))
+  return 1
+end
+
+-- Free the workflow if ``token`` still holds it, by raising the fence (release.lua,
+-- settle.lua): 1 when released, 0 when the token no longer held it.
+local function release_claim(claim, token)
+  if redis.call('HGET', claim, 'token') ~= token then
+    return 0
+  end
+  raise_token(claim, tonumber(token))
+  redis.call('HDEL', claim, 'live', 'budget', 'window')
+  return 1
+end
+
+-- Raise the fence of a workflow nobody may hold any more (discard.lua, withdraw.lua): the
+-- claim hash is kept, never deleted, so the next claim still outranks a pass in flight,
+-- and with a TTL it expires too, but never sooner than a live claim's would.
+local function raise_fence(claim, ttl)
+  local previous = tonumber(redis.call('HGET', claim, 'token')) or 0
+  raise_token(claim, previous)
+  redis.call('HDEL', claim, 'live', 'budget', 'window')
+  if ttl ~= '0' then
+    keep_for(claim, ttl)
+  end
+end
+
+-- The life hash (KEYS[3] of every lifecycle script): one workflow's kind, input, status,
+-- attempts and outcome, times in server ms, plus ``tx``, the id of the transition that
+-- wrote its status last. Its index member is ``tx|workflow`` (see index_add.lua): a
+-- script that moves the status answers the tx, status and kind it superseded, so the
+-- client removes exactly that member and no other.
+
+-- The fields that describe a pass in flight, cleared by every move out of running.
+local PASS_FIELDS = {'owner', 'since', 'step', 'beat_at', 'until_at', 'waits'}
+-- The fields of an outcome, cleared by a move that starts afresh.
+local OUTCOME_FIELDS = {'value', 'failure_type', 'failure_message', 'failure_traceback',
+  'failure_attempts'}
+local TERMINAL = {finished = true, failed = true, cancelled = true}
+
+local function clear(life, fields)
+  redis.call('HDEL', life, unpack(fields))
+end
+
+-- status, kind, tx of the life hash (each false when absent; kind '' reads as none).
+local function life_state(life)
+  local got = redis.call('HMGET', life, 'status', 'kind', 'tx')
+  local kind = got[2]
+  if kind == '' then
+    kind = false
+  end
+  return got[1] or false, kind or false, got[3] or false
+end
+
+-- What a moving script answers: the member it superseded, for the client to remove.
+local function superseded(status, kind, tx)
+  return {1, tx, status, kind}
 end

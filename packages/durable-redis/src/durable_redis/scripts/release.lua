@@ -5,11 +5,7 @@
 --
 -- Releasing raises the fence (a new token nobody holds) rather than clearing it, so the
 -- released pass cannot write again and the next claim still outranks it. A stale
--- holder's release matches no token and frees nothing.
+-- holder's release matches no token and frees nothing. The body is release_claim
+-- (prelude.lua), shared with settle.lua.
 
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
-  return 0
-end
-raise_token(KEYS[1], tonumber(ARGV[1]))
-redis.call('HDEL', KEYS[1], 'live', 'budget', 'window')
-return 1
+return release_claim(KEYS[1], ARGV[1])

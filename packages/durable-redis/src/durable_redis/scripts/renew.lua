@@ -6,16 +6,7 @@
 -- Answers 1 when renewed, {-1, current token} when a newer pass was claimed (or the
 -- workflow released or discarded), {-2, budget} when the budget is spent. Checking the
 -- token and moving the deadline are one step, or a renewal could extend a claim that
--- was taken over between the two.
+-- was taken over between the two. The body is renew_claim (prelude.lua), shared with
+-- beat.lua.
 
-local claim = redis.call('HMGET', KEYS[1], 'token', 'live', 'budget', 'window')
-if claim[1] ~= ARGV[1] or not claim[2] then
-  return {-1, claim[1] or ''}
-end
-local now = now_ms()
-local budget = tonumber(claim[3])
-if now >= budget then
-  return {-2, claim[3]}
-end
-redis.call('HSET', KEYS[1], 'live', int(math.min(now + tonumber(claim[4]), budget)))
-return 1
+return renew_claim(KEYS[1], ARGV[1])

@@ -2,6 +2,8 @@
 --
 -- KEYS[1]  the records hash
 -- KEYS[2]  the claim hash (only to refresh its TTL; the claim is neither taken nor read)
+-- KEYS[3]  the life hash (only to refresh its TTL, so a workflow kept alive by arrivals
+--          keeps its status too)
 -- ARGV[1]  the record's key
 -- ARGV[2]  the record's encoding
 -- ARGV[3]  ttl, ms ('0' for none)
@@ -10,4 +12,4 @@
 -- gated on the claim: an approval must not fail because a worker is mid-pass, and
 -- nothing races it for the key except another supply, which first-writer-wins settles.
 
-return write_once(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+return write_once(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], KEYS[3])
