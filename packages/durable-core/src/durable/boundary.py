@@ -8,11 +8,26 @@ round trip so that nothing is written.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from durable.interfaces import INBOX_PREFIX, SENT_PREFIX
+from durable.interfaces import INBOX_PREFIX, SENT_PREFIX, Failure, Pass, Settlement, Status
 
-__all__ = ["check_duration", "check_key", "check_message_id", "check_workflow", "shown"]
+__all__ = [
+    "check_duration",
+    "check_key",
+    "check_kind",
+    "check_message_id",
+    "check_settlement",
+    "check_workflow",
+    "shown",
+]
+
+KIND_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}")
+"""A kind's name (``durable.workflows.KIND_NAME`` is this one): letters, digits, ``_``,
+``.`` and ``-``, at most 100, not starting with ``.`` or ``-``. No ``:`` or braces, so a
+Redis key holds a kind without escaping, and no space, so ``durable list`` stays a table."""
+
+_SETTLED = (Status.FINISHED, Status.FAILED, Status.SLEEPING, Status.BLOCKED)
 
 
 def check_workflow(workflow: object) -> str:
@@ -122,3 +137,44 @@ def shown(value: object, limit: int = 200) -> str:
     without copying a megabyte of it into a log."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def check_kind(name: object) -> str:
+    """A kind's name matches ``KIND_NAME``; refused with the rule spelled out otherwise."""
+    if not isinstance(name, str) or KIND_NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"kind name {shown(name)} is not allowed: a kind is 1 to 100 of letters, digits, "
+            "'_', '.' and '-', not starting with '.' or '-'"
+        )
+    return name
+
+
+def check_settlement(holder: Pass, settlement: Settlement) -> Settlement:
+    """A settlement a store can record: one of the four ends of a pass, with what that end
+    needs (an aware deadline to sleep until, a failure to fail with), and a count that is
+    not negative. Checked before any round trip, so a bad one writes nothing."""
+    where = f"workflow {holder.workflow!r}: settle"
+    if not isinstance(settlement, Settlement):
+        raise TypeError(f"{where} takes a Settlement, got {shown(settlement)}")
+    if settlement.status not in _SETTLED:
+        raise ValueError(
+            f"{where}: a pass ends finished, failed, sleeping or blocked, not {settlement.status!r}"
+        )
+    attempts = settlement.attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+        raise ValueError(f"{where}: attempts must be an int of at least 0, got {attempts!r}")
+    if settlement.status is Status.SLEEPING:
+        until = settlement.until
+        if not isinstance(until, datetime):
+            raise TypeError(f"{where}: sleeping needs until, a datetime, got {until!r}")
+        if until.tzinfo is None or until.utcoffset() is None:
+            raise ValueError(f"{where}: until must be timezone-aware, got {until!r}")
+    if settlement.status is Status.FAILED and not isinstance(settlement.failure, Failure):
+        raise ValueError(f"{where}: failed needs a Failure, got {settlement.failure!r}")
+    if settlement.failure is not None and not isinstance(settlement.failure, Failure):
+        raise TypeError(f"{where}: failure must be a Failure, got {shown(settlement.failure)}")
+    if not isinstance(settlement.keys, tuple) or not all(
+        isinstance(key, str) for key in settlement.keys
+    ):
+        raise TypeError(f"{where}: keys must be a tuple of str, got {shown(settlement.keys)}")
+    return settlement

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Never, Protocol, runtime_checkable
 
 from typing_extensions import TypeVar
@@ -21,6 +22,8 @@ from typing_extensions import TypeVar
 __all__ = [
     "INBOX_PREFIX",
     "SENT_PREFIX",
+    "Admitted",
+    "Began",
     "Checkpointer",
     "Claimed",
     "Contended",
@@ -29,17 +32,27 @@ __all__ = [
     "Effect",
     "Entry",
     "Enumerable",
+    "Failure",
     "Fenced",
     "Inspectable",
     "Interruption",
+    "Lifecycle",
+    "LifecycleNotOffered",
+    "NotRetryable",
     "Observable",
+    "Page",
     "Pass",
     "Recorded",
     "Scheduler",
+    "Settlement",
+    "StartConflict",
+    "Status",
     "StoreError",
     "StoreUnavailable",
     "Suspended",
     "Swallowed",
+    "UnknownWorkflow",
+    "WorkflowStatus",
     "inbox_key",
 ]
 
@@ -499,4 +512,195 @@ class Observable(Protocol):
 
     async def scheduled(self, workflow: str) -> datetime | None:
         """When ``workflow`` is next runnable (possibly already), or ``None``."""
+        ...
+
+
+class Status(StrEnum):
+    """Where a workflow is in its life; stored as these exact strings."""
+
+    READY = "ready"
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    BLOCKED = "blocked"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """No worker ever runs a finished, failed or cancelled workflow again."""
+        return self in (Status.FINISHED, Status.FAILED, Status.CANCELLED)
+
+
+class LifecycleNotOffered(StoreError):
+    """The store's checkpointer does not implement Lifecycle."""
+
+
+class UnknownWorkflow(LookupError):
+    """No workflow of that id: no lifecycle row and no records."""
+
+
+def _cut(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+class StartConflict(ValueError):
+    """A start under an id already started with another kind or input. Nothing was written."""
+
+    def __init__(
+        self, workflow: str, kind: str, input: object, stored_kind: str | None, stored_input: object
+    ) -> None:
+        self.workflow, self.kind, self.input = workflow, kind, input
+        self.stored_kind, self.stored_input = stored_kind, stored_input
+        super().__init__(
+            f"workflow {workflow!r} was started as kind {stored_kind!r} with input "
+            f"{_cut(stored_input)}; refusing to start it as kind {kind!r} with input "
+            f"{_cut(input)} (nothing was written): use another id, or the same kind and input"
+        )
+
+
+class NotRetryable(ValueError):
+    """retry of a workflow that is neither failed nor cancelled. Nothing was written."""
+
+    def __init__(self, workflow: str, status: Status) -> None:
+        self.workflow, self.status = workflow, status
+        super().__init__(
+            f"workflow {workflow!r} is {status}; only a failed or cancelled workflow can be retried"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a workflow failed, or why its last attempt did: bounded text, never an object."""
+
+    type: str  # qualified exception name
+    message: str  # at most 1000 characters
+    traceback: str  # a summary of at most 4000 characters
+    attempts: int  # attempts made when it was recorded
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """One workflow's life as the store records it, for anyone outside a pass."""
+
+    workflow: str
+    status: Status
+    kind: str | None  # None: never started with a kind
+    attempts: int  # passes begun since the last one that made progress
+    updated_at: datetime  # the store's clock at the last transition
+    started_at: datetime | None = None  # when admitted; None if never started
+    input: object = None  # decoded
+    queue: str = "default"
+    token: int | None = None  # running: the pass holding it (from the claim)
+    owner: str | None = None  # running: the worker identity that began it
+    since: datetime | None = None  # running: when the pass began
+    step: str | None = None  # running: the step in flight at the last beat
+    until: datetime | None = None  # sleeping: the deadline; running: the claim's liveness
+    keys: tuple[str, ...] = ()  # sleeping, blocked: the waits reached
+    value: object = None  # finished: the returned value, decoded
+    failure: Failure | None = None  # failed: why; sleeping after a failed attempt: the last error
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What ``Lifecycle.admit`` did."""
+
+    status: WorkflowStatus  # after the call
+    created: bool  # this call wrote kind and input (a new workflow, or a kind-less one adopted)
+    queue: bool  # the move must make it ready: created, or a repeat that finds it still ready
+
+
+@dataclass(frozen=True, slots=True)
+class Began:
+    """What ``Lifecycle.begin`` found and took."""
+
+    holder: Pass | None  # None: the workflow is terminal and nothing was claimed
+    status: Status  # the status before this call
+    kind: str | None
+    input: object  # decoded
+    attempts: int  # including this pass (unchanged when holder is None)
+    lost: str | None  # the previous pass's owner if it never settled (died or went silent)
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How a pass ended: status is FINISHED, FAILED, SLEEPING or BLOCKED."""
+
+    status: Status
+    attempts: int  # the count to record (the worker computes it, design §4)
+    value: object = None  # FINISHED
+    failure: Failure | None = None  # FAILED; SLEEPING when it is a backoff
+    until: datetime | None = None  # SLEEPING, aware
+    keys: tuple[str, ...] = ()  # SLEEPING, BLOCKED
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of ``Lifecycle.statuses``."""
+
+    statuses: tuple[WorkflowStatus, ...]  # newest updated first
+    cursor: str | None  # opaque; None on the last page
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """A checkpointer that records each workflow's kind, input, status, attempts and outcome
+    (the ``lifecycle`` capability). Each requirement is a conformance test of its name."""
+
+    async def admit(
+        self, workflow: str, kind: str, input: object, *, queue: str = "default"
+    ) -> Admitted:
+        """Record kind, input and queue: status ready, attempts 0, started_at now. The same kind
+        and input encoding again: nothing written, created False. Another kind or input:
+        StartConflict, nothing written. A row whose kind is None is adopted (kind, input, queue,
+        ready, attempts 0). One winner under concurrency. An unencodable input is refused first."""
+        ...
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        """claim, and in the same write: status running, attempts + 1, owner, since now, step
+        cleared; the row is created (kind None) if absent. None while a live pass holds it, with
+        nothing written. A terminal workflow: Began(holder=None), nothing written."""
+        ...
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        """renew, with renew's rules and refusals, also recording ``step`` as in flight."""
+        ...
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        """Fenced by the token exactly as record (Fenced, nothing written, when superseded or
+        released). Otherwise one write: the settlement (value through the codec, failure
+        verbatim, attempts as given), updated_at now, and the claim released (token raised)."""
+        ...
+
+    async def withdraw(self, workflow: str) -> WorkflowStatus:
+        """Cancel: status cancelled and the fence raised, so a pass in flight is refused at its
+        next write; records kept. A terminal workflow is returned unchanged. UnknownWorkflow for
+        an id with neither row nor records, nothing written."""
+        ...
+
+    async def readmit(self, workflow: str) -> WorkflowStatus:
+        """Retry: failed or cancelled becomes ready with attempts 0 and failure cleared; records
+        kept. NotRetryable for any other status, UnknownWorkflow for none; nothing written."""
+        ...
+
+    async def status(self, workflow: str) -> WorkflowStatus | None:
+        """The row, with token and until from a live claim when running; None without a row."""
+        ...
+
+    async def statuses(
+        self,
+        *,
+        status: Status | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """Rows matching the filters, newest updated first, at most ``limit``, read from an
+        index: the cost is in proportion to the page, never to the store."""
         ...

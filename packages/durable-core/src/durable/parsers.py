@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["exactly"]
+__all__ = ["as_is", "exactly"]
 
 T = TypeVar("T")
 
@@ -29,3 +29,12 @@ def exactly(kind: type[T]) -> Callable[[object], T]:
 
     parse.__name__ = parse.__qualname__ = f"exactly({kind.__name__})"
     return parse
+
+
+def as_is(value: object) -> object:
+    """The parser that accepts anything and hands it back unchanged.
+
+    For an input or a result whose shape the caller checks itself, or does not care about:
+    it states that choice where a reader sees it, rather than leaving a parser out.
+    """
+    return value

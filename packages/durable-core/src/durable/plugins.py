@@ -71,6 +71,7 @@ CAPABILITIES: Mapping[str, str] = {
     "atomic-arrive": "arrive, send and discard are each one commit (Durable.atomic)",
     "cluster": "runs on a sharded deployment",
     "enumerate": "can list the workflows it holds",
+    "lifecycle": "kinds, start, outcome and status (Lifecycle)",
 }
 """The capability names the core knows. A third party may declare more."""
 
