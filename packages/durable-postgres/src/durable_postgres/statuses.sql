@@ -62,7 +62,8 @@ ON CONFLICT (workflow) DO UPDATE SET
 -- statement waited for the claim row), in which case the caller releases the claim it took.
 -- The last status read without a lock says whether the previous pass ever ended.
 WITH life AS (
-    SELECT status, owner FROM {schema}.workflow_status WHERE workflow = %(workflow)s
+    SELECT status, owner, kind, input, attempts
+    FROM {schema}.workflow_status WHERE workflow = %(workflow)s
 ), open AS (
     SELECT clock_timestamp() AS t
     WHERE NOT EXISTS (
@@ -96,9 +97,11 @@ WITH life AS (
     WHERE s.status NOT IN ('finished', 'failed', 'cancelled')
     RETURNING kind, input, attempts
 )
-SELECT (SELECT token FROM claimed), (SELECT status FROM life), (SELECT owner FROM life),
-       (SELECT kind FROM began), (SELECT input FROM began), (SELECT attempts FROM began),
-       EXISTS (SELECT 1 FROM began);
+SELECT (SELECT token FROM claimed), life.status, life.owner, life.kind, life.input,
+       life.attempts, began.kind, began.input, began.attempts
+FROM (SELECT 1) AS one
+LEFT JOIN life ON true
+LEFT JOIN began ON true;
 
 -- name: beat
 -- renew, and the step in flight, in one statement; no row back is renew's refusal.
