@@ -22,11 +22,37 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.boundary import check_duration, check_key, check_message_id, check_workflow
+from durable.boundary import (
+    check_duration,
+    check_key,
+    check_kind,
+    check_message_id,
+    check_settlement,
+    check_workflow,
+)
 from durable.clock import Clock, SystemClock
 from durable.codec import CheckpointCodec, JsonCodec, encode_value
-from durable.interfaces import Claimed, Delivery, Entry, Fenced, Pass, Recorded, inbox_key
+from durable.interfaces import (
+    Admitted,
+    Began,
+    Claimed,
+    Delivery,
+    Entry,
+    Failure,
+    Fenced,
+    NotRetryable,
+    Page,
+    Pass,
+    Recorded,
+    Settlement,
+    StartConflict,
+    Status,
+    UnknownWorkflow,
+    WorkflowStatus,
+    inbox_key,
+)
 from durable.plugins import StorePlugin, Testbed, hookimpl
+from durable.workflows import Lifecycled
 
 __all__ = [
     "MemoryCheckpointer",
@@ -61,12 +87,45 @@ class _Claim:
         return now < self.live_until and now < self.budget_until
 
 
+@dataclass(slots=True)
+class _Life:
+    """One workflow's lifecycle row: the truth ``status`` and ``statuses`` are read from."""
+
+    status: Status
+    kind: str | None
+    input: Any  # the codec's encoding
+    updated_at: datetime
+    seq: int  # the order of the last transition, newest highest: the listing order
+    queue: str = "default"
+    attempts: int = 0
+    started_at: datetime | None = None
+    owner: str | None = None
+    since: datetime | None = None
+    step: str | None = None
+    beat_at: datetime | None = None
+    until: datetime | None = None
+    keys: tuple[str, ...] = ()
+    value: Any = None  # the codec's encoding, when finished
+    failure: Failure | None = None
+
+
+_NO_INPUT = object()
+"""The stored input of a row begun without ``admit``: decoded as ``None``."""
+
+
 class MemoryCheckpointer:
-    """A :class:`~durable.interfaces.Checkpointer` over process memory.
+    """A :class:`~durable.interfaces.Checkpointer` over process memory, and the reference
+    :class:`~durable.interfaces.Lifecycle`.
 
     ``data`` is the application data that ``transact`` effects may touch: the in-memory
     analogue of the tables in a database, and the only place an effect can co-commit with
     its record.
+
+    The lifecycle keeps its truth (``_lives``, one row per workflow) apart from an index
+    (``_index``, the workflows in each status, oldest transition first) that only
+    ``_move`` changes, and ``statuses`` reads the index and then filters by the truth, as a
+    store whose index lives apart from its rows must. Keeping the two apart here is what
+    lets the conformance suite's broken stores break either one alone.
     """
 
     def __init__(
@@ -78,6 +137,9 @@ class MemoryCheckpointer:
         self._records: dict[str, dict[str, _Stored]] = {}
         self._sent: dict[str, dict[str, str]] = {}
         self._claims: dict[str, _Claim] = {}
+        self._lives: dict[str, _Life] = {}
+        self._index: dict[Status, dict[str, None]] = {status: {} for status in Status}
+        self._seq = itertools.count(1)
 
     def __repr__(self) -> str:
         return f"MemoryCheckpointer(codec={self.codec!r}, clock={self.clock!r})"
@@ -234,8 +296,263 @@ class MemoryCheckpointer:
     def _discard_now(self, workflow: str) -> None:
         self._records.pop(workflow, None)
         self._sent.pop(workflow, None)
+        self._raise_fence(workflow)
+        life = self._lives.pop(workflow, None)
+        if life is not None:
+            self._move(workflow, life.status, None)
+
+    def _raise_fence(self, workflow: str) -> None:
         claim = self._claims.get(workflow)
         self._claims[workflow] = _Claim(claim.token + 1 if claim is not None else 1)
+
+    # -- the lifecycle -------------------------------------------------------------
+
+    def _move(self, workflow: str, old: Status | None, new: Status | None) -> None:
+        """Move ``workflow`` in the index from ``old`` to ``new`` (either may be None), to
+        the newest end of ``new`` even when the status is unchanged."""
+        if old is not None:
+            self._index[old].pop(workflow, None)
+        if new is not None:
+            self._index[new].pop(workflow, None)
+            self._index[new][workflow] = None
+
+    def _transition(
+        self, workflow: str, life: _Life, old: Status | None, now: datetime | None = None
+    ) -> None:
+        """Stamp ``life`` as the newest transition, store it and move its index entry."""
+        life.updated_at = self.clock.now() if now is None else now
+        life.seq = next(self._seq)
+        self._lives[workflow] = life
+        self._move(workflow, old, life.status)
+
+    def _shown(self, workflow: str, life: _Life) -> WorkflowStatus:
+        token: int | None = None
+        until = life.until
+        if life.status is Status.RUNNING:
+            claim = self._claims.get(workflow)
+            if claim is not None and claim.live_until is not None:
+                token, until = claim.token, claim.live_until
+        return WorkflowStatus(
+            workflow=workflow,
+            status=life.status,
+            kind=life.kind,
+            attempts=life.attempts,
+            updated_at=life.updated_at,
+            started_at=life.started_at,
+            input=self._decoded_input(life),
+            queue=life.queue,
+            token=token,
+            owner=life.owner if life.status is Status.RUNNING else None,
+            since=life.since if life.status is Status.RUNNING else None,
+            step=life.step if life.status is Status.RUNNING else None,
+            until=until if life.status in (Status.RUNNING, Status.SLEEPING) else None,
+            keys=life.keys,
+            value=None if life.value is None else self.codec.decode(life.value),
+            failure=life.failure,
+        )
+
+    def _decoded_input(self, life: _Life) -> object:
+        return None if life.input is _NO_INPUT else self.codec.decode(life.input)
+
+    async def admit(
+        self, workflow: str, kind: str, input: object, *, queue: str = "default"
+    ) -> Admitted:
+        check_workflow(workflow)
+        check_kind(kind)
+        _check_queue(workflow, queue)
+        encoded = encode_value(self.codec, input, workflow=workflow, key="<input>")
+        await asyncio.sleep(0)
+        return self._admit_now(workflow, kind, encoded, queue)
+
+    def _admit_now(self, workflow: str, kind: str, encoded: object, queue: str) -> Admitted:
+        life = self._lives.get(workflow)
+        if life is not None and life.kind is not None:
+            if life.kind == kind and life.input == encoded:
+                shown = self._shown(workflow, life)
+                return Admitted(shown, created=False, queue=life.status is Status.READY)
+            raise StartConflict(
+                workflow, kind, self.codec.decode(encoded), life.kind, self._decoded_input(life)
+            )
+        now = self.clock.now()
+        old = life.status if life is not None else None
+        # A row begun without admit (kind None) is adopted whole: it becomes exactly what a
+        # fresh start would have made, keeping only its records.
+        fresh = _Life(Status.READY, kind, encoded, now, 0, queue=queue, started_at=now)
+        self._transition(workflow, fresh, old, now)
+        return Admitted(self._shown(workflow, fresh), created=True, queue=True)
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        check_workflow(workflow)
+        check_duration("liveness", liveness, workflow=workflow)
+        check_duration("budget", budget, workflow=workflow)
+        _check_owner(workflow, owner)
+        await asyncio.sleep(0)
+        return self._begin_now(workflow, liveness, budget, owner)
+
+    def _begin_now(
+        self, workflow: str, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        now = self.clock.now()
+        life = self._lives.get(workflow)
+        if life is not None and life.status.terminal:
+            return Began(
+                None, life.status, life.kind, self._decoded_input(life), life.attempts, None
+            )
+        claim = self._claims.get(workflow)
+        if claim is not None and claim.held(now):
+            return None
+        token = claim.token + 1 if claim is not None else 1
+        budget_until = now + budget
+        self._claims[workflow] = _Claim(
+            token, min(now + liveness, budget_until), budget_until, liveness
+        )
+        if life is None:
+            before, old = Status.READY, None
+            life = _Life(Status.RUNNING, None, _NO_INPUT, now, 0)
+        else:
+            before = old = life.status
+        lost = life.owner if before is Status.RUNNING else None
+        life.status = Status.RUNNING
+        life.attempts += self._counted()
+        life.owner, life.since = owner, now
+        life.step = life.beat_at = life.until = None
+        life.keys = ()
+        self._transition(workflow, life, old, now)
+        return Began(
+            Pass(workflow, token),
+            before,
+            life.kind,
+            self._decoded_input(life),
+            life.attempts,
+            lost,
+        )
+
+    def _counted(self) -> int:
+        """What ``begin`` adds to the attempts: one, in the claim's own write."""
+        return 1
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        if step is not None and not isinstance(step, str):
+            raise TypeError(f"{holder}: the step in flight is a key or None, got {step!r}")
+        renewed = await self.renew(holder)
+        life = self._lives.get(holder.workflow)
+        if life is not None and life.status is Status.RUNNING:
+            life.step, life.beat_at = step, self.clock.now()
+        return renewed
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        check_settlement(holder, settlement)
+        value = (
+            encode_value(self.codec, settlement.value, workflow=holder.workflow, key="<value>")
+            if settlement.status is Status.FINISHED
+            else None
+        )
+        await asyncio.sleep(0)
+        self._settle_now(holder, settlement, value)
+
+    def _settle_now(self, holder: Pass, settlement: Settlement, value: object) -> None:
+        claim = self._fence(holder, f"settle as {settlement.status}")
+        workflow = holder.workflow
+        life = self._lives.get(workflow)
+        old = life.status if life is not None else None
+        if life is None:
+            life = _Life(settlement.status, None, _NO_INPUT, self.clock.now(), 0)
+        life.status = settlement.status
+        life.attempts = settlement.attempts
+        life.value = value
+        life.failure = settlement.failure
+        life.until = settlement.until if settlement.status is Status.SLEEPING else None
+        life.keys = settlement.keys
+        life.owner = life.since = life.step = life.beat_at = None
+        self._transition(workflow, life, old)
+        self._claims[workflow] = _Claim(claim.token + 1)
+
+    async def withdraw(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        await asyncio.sleep(0)
+        return self._withdraw_now(workflow)[0]
+
+    def _withdraw_now(self, workflow: str) -> tuple[WorkflowStatus, bool]:
+        """Cancel ``workflow``; also whether this call changed anything."""
+        life = self._lives.get(workflow)
+        if life is None:
+            if not self._records.get(workflow):
+                raise UnknownWorkflow(f"no workflow {workflow!r}: nothing to cancel")
+            life = _Life(Status.BLOCKED, None, _NO_INPUT, self.clock.now(), 0)
+            old = None
+        elif life.status.terminal:
+            return self._shown(workflow, life), False
+        else:
+            old = life.status
+        self._raise_fence(workflow)
+        life.status = Status.CANCELLED
+        life.owner = life.since = life.step = life.beat_at = life.until = None
+        self._transition(workflow, life, old)
+        return self._shown(workflow, life), True
+
+    async def readmit(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        await asyncio.sleep(0)
+        return self._readmit_now(workflow)
+
+    def _readmit_now(self, workflow: str) -> WorkflowStatus:
+        life = self._lives.get(workflow)
+        if life is None:
+            if not self._records.get(workflow):
+                raise UnknownWorkflow(f"no workflow {workflow!r}: nothing to retry")
+            # Records but no row: made by supply or append and never run, so waiting.
+            raise NotRetryable(workflow, Status.BLOCKED)
+        if life.status not in (Status.FAILED, Status.CANCELLED):
+            raise NotRetryable(workflow, life.status)
+        old = life.status
+        life.status = Status.READY
+        life.attempts = 0
+        life.failure = None
+        life.value = None
+        life.until = None
+        life.keys = ()
+        self._transition(workflow, life, old)
+        return self._shown(workflow, life)
+
+    async def status(self, workflow: str) -> WorkflowStatus | None:
+        check_workflow(workflow)
+        await asyncio.sleep(0)
+        life = self._lives.get(workflow)
+        return None if life is None else self._shown(workflow, life)
+
+    async def statuses(
+        self,
+        *,
+        status: Status | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        wanted = _check_listing(status, kind, limit)
+        below = _memory_cursor(cursor)
+        await asyncio.sleep(0)
+        found: list[tuple[int, str, _Life]] = []
+        for current in tuple(Status) if wanted is None else (wanted,):
+            for workflow in self._index[current]:
+                life = self._lives.get(workflow)
+                # The index is a hint and the row the truth: an entry left behind by a
+                # transition the index missed is dropped here, never shown.
+                if life is None or life.status is not current:
+                    continue
+                if kind is not None and life.kind != kind:
+                    continue
+                if below is not None and life.seq >= below:
+                    continue
+                found.append((life.seq, workflow, life))
+        found.sort(key=lambda item: item[0], reverse=True)
+        page = found[:limit]
+        more = len(found) > limit
+        return Page(
+            tuple(self._shown(workflow, life) for _, workflow, life in page),
+            str(page[-1][0]) if more and page else None,
+        )
 
     def _write(self, workflow: str, key: str, encoded: object) -> Recorded:
         records = self._records.setdefault(workflow, {})
@@ -354,17 +671,56 @@ class MemoryScheduler:
         return entry[0] if entry is not None else None
 
 
+def _check_queue(workflow: str, queue: object) -> str:
+    try:
+        return check_kind(queue)
+    except ValueError:
+        raise ValueError(
+            f"workflow {workflow!r}: queue {queue!r} is not allowed: a queue is named as a "
+            "kind is (1 to 100 of letters, digits, '_', '.' and '-')"
+        ) from None
+
+
+def _check_owner(workflow: str, owner: object) -> str:
+    if not isinstance(owner, str) or not owner:
+        raise ValueError(f"workflow {workflow!r}: a pass's owner is a non-empty str, got {owner!r}")
+    return owner
+
+
+def _check_listing(status: object, kind: object, limit: object) -> Status | None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"a listing's limit is an int of at least 1, got {limit!r}")
+    if kind is not None:
+        check_kind(kind)
+    if status is None:
+        return None
+    try:
+        return Status(str(status))
+    except ValueError:
+        known = ", ".join(s.value for s in Status)
+        raise ValueError(f"no status {status!r}; a workflow is one of {known}") from None
+
+
+def _memory_cursor(cursor: object) -> int | None:
+    if cursor is None:
+        return None
+    if isinstance(cursor, str) and cursor.isdigit():
+        return int(cursor)
+    raise ValueError(f"{cursor!r} is not a cursor this store handed out")
+
+
 def _check_moment(workflow: str, when: object) -> datetime:
     if not isinstance(when, datetime) or when.tzinfo is None:
         raise TypeError(f"workflow {workflow!r}: wake_at needs an aware datetime, got {when!r}")
     return when
 
 
-class MemoryDurable:
+class MemoryDurable(Lifecycled):
     """A memory checkpointer and scheduler whose cross-store moves are each one step.
 
     Atomic because each move is performed without yielding to the event loop, so no other
-    task can observe the record without the wakeup.
+    task can observe the record without the wakeup. ``start``, ``cancel`` and ``retry``
+    are such moves too: the lifecycle row and the queue change in the same step.
     """
 
     atomic = True
@@ -418,6 +774,35 @@ class MemoryDurable:
         await asyncio.sleep(0)
         self._checkpointer._discard_now(workflow)
         self._scheduler._cancel_now(workflow)
+
+    async def _admit_and_queue(
+        self, workflow: str, kind: str, input: object, queue: str
+    ) -> Admitted:
+        cp = self._checkpointer
+        check_workflow(workflow)
+        check_kind(kind)
+        _check_queue(workflow, queue)
+        encoded = encode_value(cp.codec, input, workflow=workflow, key="<input>")
+        await asyncio.sleep(0)
+        admitted = cp._admit_now(workflow, kind, encoded, queue)
+        if admitted.queue:
+            self._scheduler._make_ready_now(workflow)
+        return admitted
+
+    async def _withdraw_and_cancel(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        await asyncio.sleep(0)
+        shown, changed = self._checkpointer._withdraw_now(workflow)
+        if changed:
+            self._scheduler._cancel_now(workflow)
+        return shown
+
+    async def _readmit_and_queue(self, workflow: str) -> WorkflowStatus:
+        check_workflow(workflow)
+        await asyncio.sleep(0)
+        shown = self._checkpointer._readmit_now(workflow)
+        self._scheduler._make_ready_now(workflow)
+        return shown
 
 
 class MemoryProbe:
@@ -487,7 +872,7 @@ def durable_store() -> StorePlugin:
         name="memory",
         schemes=("memory",),
         open=open_memory,
-        capabilities=frozenset({"transact", "atomic-arrive", "enumerate"}),
+        capabilities=frozenset({"transact", "atomic-arrive", "enumerate", "lifecycle"}),
         testing=_testing,
         distribution="durable-core",
         description="in-process reference store (for tests; keeps nothing)",
