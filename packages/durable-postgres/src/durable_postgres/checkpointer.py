@@ -583,8 +583,18 @@ class PostgresCheckpointer:
             repeatable=False,
         )
         if read is None:
+            held = await self._db.one(
+                f"reading whether {workflow!r} exists",
+                self._life.has_records,
+                params,
+                repeatable=True,
+            )
+            if held is not None and held[0]:
+                # Made by a send or an arrive and never run: waiting, not retryable.
+                raise NotRetryable(workflow, Status.BLOCKED)
             raise UnknownWorkflow(
-                f"no workflow {workflow!r} to retry: it has no status (never started, or discarded)"
+                f"no workflow {workflow!r} to retry: it has neither a status nor records "
+                "(never started, or discarded)"
             )
         current = self._status_of(read)
         if wrote is None:

@@ -156,6 +156,7 @@ class StatusStatements:
     list_kind: bytes
     list_kind_status: bytes
     migrate_backfill_2: bytes
+    has_records: bytes
 
 
 def render_sections(filename: str, schema: str) -> dict[str, bytes]:

@@ -276,3 +276,8 @@ FROM (
 ) AS w
 LEFT JOIN {schema}.workflow_queue AS q ON q.workflow = w.workflow
 ON CONFLICT (workflow) DO NOTHING;
+
+-- name: has_records
+-- Whether a workflow with no status row exists at all: made by a send or an arrive and never
+-- started or run, it is waiting (so not retryable), where an id with no records is unknown.
+SELECT EXISTS (SELECT 1 FROM {schema}.workflow_checkpoint WHERE workflow = %(workflow)s);
