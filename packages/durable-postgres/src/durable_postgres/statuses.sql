@@ -16,10 +16,12 @@
 -- once, by begin; how long the pass has left is the claim's, which renew moves.
 SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.since, s.step,
        s.until_at, s.waits, s.value, s.failure_type, s.failure_message, s.failure_traceback,
-       s.failure_attempts, s.started_at, s.updated_at, c.token, c.live_until
+       s.failure_attempts, s.started_at, s.updated_at,
+       (SELECT c.token FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL),
+       (SELECT c.live_until FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-LEFT JOIN {schema}.workflow_claim AS c
-    ON c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL
 WHERE s.workflow = %(workflow)s;
 
 -- name: admit_write
@@ -208,13 +210,17 @@ DELETE FROM {schema}.workflow_status WHERE workflow = %(workflow)s;
 
 -- name: list_all
 -- Newest updated first, from the cursor (the first page passes 'infinity'); each of the four
--- listings reads one index backwards from where the last page stopped.
+-- listings reads one index backwards from where the last page stopped. The claim is read by a
+-- subquery per row returned, an index lookup each, so that the planner never joins a page of
+-- ten against every claim in the store.
 SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.since, s.step,
        s.until_at, s.waits, s.value, s.failure_type, s.failure_message, s.failure_traceback,
-       s.failure_attempts, s.started_at, s.updated_at, c.token, c.live_until
+       s.failure_attempts, s.started_at, s.updated_at,
+       (SELECT c.token FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL),
+       (SELECT c.live_until FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-LEFT JOIN {schema}.workflow_claim AS c
-    ON c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL
 WHERE (s.updated_at, s.workflow) < (%(at)s::timestamptz, %(after)s::text)
 ORDER BY s.updated_at DESC, s.workflow DESC
 LIMIT %(limit)s;
@@ -222,10 +228,12 @@ LIMIT %(limit)s;
 -- name: list_status
 SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.since, s.step,
        s.until_at, s.waits, s.value, s.failure_type, s.failure_message, s.failure_traceback,
-       s.failure_attempts, s.started_at, s.updated_at, c.token, c.live_until
+       s.failure_attempts, s.started_at, s.updated_at,
+       (SELECT c.token FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL),
+       (SELECT c.live_until FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-LEFT JOIN {schema}.workflow_claim AS c
-    ON c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL
 WHERE s.status = %(status)s
   AND (s.updated_at, s.workflow) < (%(at)s::timestamptz, %(after)s::text)
 ORDER BY s.updated_at DESC, s.workflow DESC
@@ -234,10 +242,12 @@ LIMIT %(limit)s;
 -- name: list_kind
 SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.since, s.step,
        s.until_at, s.waits, s.value, s.failure_type, s.failure_message, s.failure_traceback,
-       s.failure_attempts, s.started_at, s.updated_at, c.token, c.live_until
+       s.failure_attempts, s.started_at, s.updated_at,
+       (SELECT c.token FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL),
+       (SELECT c.live_until FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-LEFT JOIN {schema}.workflow_claim AS c
-    ON c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL
 WHERE s.kind = %(kind)s
   AND (s.updated_at, s.workflow) < (%(at)s::timestamptz, %(after)s::text)
 ORDER BY s.updated_at DESC, s.workflow DESC
@@ -246,10 +256,12 @@ LIMIT %(limit)s;
 -- name: list_kind_status
 SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.since, s.step,
        s.until_at, s.waits, s.value, s.failure_type, s.failure_message, s.failure_traceback,
-       s.failure_attempts, s.started_at, s.updated_at, c.token, c.live_until
+       s.failure_attempts, s.started_at, s.updated_at,
+       (SELECT c.token FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL),
+       (SELECT c.live_until FROM {schema}.workflow_claim AS c
+        WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-LEFT JOIN {schema}.workflow_claim AS c
-    ON c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL
 WHERE s.kind = %(kind)s AND s.status = %(status)s
   AND (s.updated_at, s.workflow) < (%(at)s::timestamptz, %(after)s::text)
 ORDER BY s.updated_at DESC, s.workflow DESC
