@@ -8,13 +8,14 @@ from typing_extensions import TypeVar
 
 from durable.boundary import check_key, check_message_id, check_workflow
 from durable.interfaces import Checkpointer, Scheduler
+from durable.workflows import Lifecycled
 
 __all__ = ["SplitDurable"]
 
 E = TypeVar("E", contravariant=True, default=object)
 
 
-class SplitDurable(Generic[E]):
+class SplitDurable(Lifecycled, Generic[E]):
     """Any checkpointer beside any scheduler, each move as two writes in the safe order.
 
     Not atomic, and the order is the whole of what it can offer: it records first, so a
@@ -23,6 +24,11 @@ class SplitDurable(Generic[E]):
     wakes, finds nothing, answers for its delivery, and drops the value for good. The
     same reasoning orders ``discard``: forget the records (raising the fence) before the
     runs, so a crash between leaves at worst a wakeup that finds an empty workflow.
+
+    ``start``, ``cancel`` and ``retry`` (from :class:`~durable.workflows.Lifecycled`, when
+    the checkpointer offers lifecycle) follow the same order: the lifecycle row first, then
+    the queue. A start whose queueing was lost is repaired by starting it again, which
+    finds it still ready and queues it; no sweep looks for such starts.
     """
 
     atomic = False

@@ -46,6 +46,7 @@ __all__ = [
     "ParseFailed",
     "Run",
     "Sleeping",
+    "drive",
     "resume",
 ]
 
@@ -150,6 +151,10 @@ class Run(Generic[E]):
         # ones in flight to land their records before it reports, so nothing runs unclaimed.
         self._ending = False
         self._in_flight = 0
+        # The keys whose effects are in flight, oldest first: a dict for its order. This is
+        # all that naming the running step costs a step; the store hears of it only when
+        # the renewal loop beats, never from the step itself.
+        self._current: dict[str, None] = {}
         self._settled = asyncio.Event()
         self._settled.set()
 
@@ -181,6 +186,15 @@ class Run(Generic[E]):
         """Every wait this pass has reached, in order."""
         return tuple(self._waits)
 
+    @property
+    def current(self) -> str | None:
+        """The key of the oldest step in flight, or ``None`` between steps.
+
+        What a worker's heartbeat (``Lifecycle.beat``) tells the store, so that ``durable
+        show`` can name the step a long pass is stuck in without any step writing it.
+        """
+        return next(iter(self._current), None)
+
     def now(self) -> datetime:
         """The run's clock. Not recorded: wrap it in a step if a pass must replay it."""
         return self._clock.now()
@@ -209,9 +223,11 @@ class Run(Generic[E]):
                 f"workflow {self.workflow!r}: the pass is ending, so {key!r} waits for the next"
             )
         self._in_flight += 1
+        self._current[key] = None
         self._settled.clear()
 
-    def _finish(self) -> None:
+    def _finish(self, key: str) -> None:
+        self._current.pop(key, None)
         self._in_flight -= 1
         if not self._in_flight:
             self._settled.set()
@@ -254,7 +270,7 @@ class Run(Generic[E]):
                 produced = await produced
             recorded = await self._write(key, produced)
         finally:
-            self._finish()
+            self._finish(key)
         return self._parse(key, recorded.value, parse)
 
     async def transact(self, key: str, effect: E, parse: Callable[[object], T]) -> T:
@@ -268,7 +284,7 @@ class Run(Generic[E]):
         try:
             recorded = await self._checkpointer.transact(self._holder, key, effect)
         finally:
-            self._finish()
+            self._finish(key)
         self._keep(key, recorded)
         return self._parse(key, recorded.value, parse)
 
@@ -303,7 +319,7 @@ class Run(Generic[E]):
             try:
                 stored = (await self._write(key, (self.now() + duration).isoformat())).value
             finally:
-                self._finish()
+                self._finish(key)
         deadline = self._parse(key, stored, _as_deadline)
         if self.now() >= deadline:
             return deadline
@@ -329,7 +345,7 @@ class Run(Generic[E]):
                 self._taken.add(untaken)
                 await self._write(key, {RECEIVE_FIELD: untaken})
             finally:
-                self._finish()
+                self._finish(key)
         target = _is_reference(self._records[key])
         if target is None or target not in self._records:
             raise ParseFailed(
@@ -394,11 +410,57 @@ def checkpointer_of(store: Durable[E] | Checkpointer[E]) -> Checkpointer[E]:
 
 
 async def _renew_until_stopped(
-    checkpointer: Checkpointer[Any], holder: Pass, every: float
+    checkpointer: Checkpointer[Any],
+    holder: Pass,
+    every: float,
+    run: Run[Any],
+    beat: Callable[[Pass, str | None], Awaitable[Pass]] | None,
 ) -> Never:
     while True:
         await asyncio.sleep(every)
-        await checkpointer.renew(holder)
+        if beat is None:
+            await checkpointer.renew(holder)
+        else:
+            await beat(holder, run.current)
+
+
+async def drive(
+    checkpointer: Checkpointer[E],
+    holder: Pass,
+    body: Callable[[Run[E]], Awaitable[T]],
+    *,
+    liveness: timedelta = DEFAULT_LIVENESS,
+    clock: Clock | None = None,
+    beat: Callable[[Pass, str | None], Awaitable[Pass]] | None = None,
+) -> Outcome[T]:
+    """Load ``holder``'s workflow and run ``body`` over it, renewing the claim meanwhile;
+    neither claims nor releases (whoever took ``holder`` answers for it).
+
+    The renewal runs every third of ``liveness`` and calls ``beat(holder, run.current)``
+    when given (a lifecycle store's ``beat``, which also records the step in flight), else
+    ``checkpointer.renew(holder)``. A refused renewal cancels the body and raises
+    ``Fenced``. Returns as :func:`resume` does.
+    """
+    records = await checkpointer.load(holder.workflow)
+    run: Run[E] = Run(checkpointer, holder, records, clock=clock)
+    passing = asyncio.ensure_future(_drive(run, body))
+    renewing = asyncio.ensure_future(
+        _renew_until_stopped(checkpointer, holder, liveness.total_seconds() / 3, run, beat)
+    )
+    try:
+        await asyncio.wait({passing, renewing}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not passing.done():
+            passing.cancel()
+        renewing.cancel()
+        await asyncio.gather(passing, renewing, return_exceptions=True)
+    if not passing.cancelled() or renewing.cancelled():
+        return passing.result()
+    error = renewing.exception()
+    if isinstance(error, Fenced):
+        raise Fenced(f"{holder} lost its claim while running: {error}") from error
+    assert error is not None
+    raise error
 
 
 async def resume(
@@ -420,6 +482,9 @@ async def resume(
 
     Returns ``Finished`` when the body returns, ``Sleeping``/``Blocked`` when it reached a
     wait, and raises ``Swallowed`` when it returned after reaching one.
+
+    ``resume`` writes no lifecycle status, even on a store that keeps one: it is the
+    primitive under the worker, which records the outcome with ``begin`` and ``settle``.
     """
     check_workflow(workflow)
     check_duration("liveness", liveness, workflow=workflow)
@@ -429,26 +494,7 @@ async def resume(
     if holder is None:
         raise Contended(f"workflow {workflow!r} is held by another pass; try again later")
     try:
-        records = await checkpointer.load(workflow)
-        run: Run[E] = Run(checkpointer, holder, records, clock=clock)
-        passing = asyncio.ensure_future(_drive(run, body))
-        renewing = asyncio.ensure_future(
-            _renew_until_stopped(checkpointer, holder, liveness.total_seconds() / 3)
-        )
-        try:
-            await asyncio.wait({passing, renewing}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not passing.done():
-                passing.cancel()
-            renewing.cancel()
-            await asyncio.gather(passing, renewing, return_exceptions=True)
-        if not passing.cancelled() or renewing.cancelled():
-            return passing.result()
-        error = renewing.exception()
-        if isinstance(error, Fenced):
-            raise Fenced(f"{holder} lost its claim while running: {error}") from error
-        assert error is not None
-        raise error
+        return await drive(checkpointer, holder, body, liveness=liveness, clock=clock)
     finally:
         try:
             await checkpointer.release(holder)

@@ -8,12 +8,13 @@ what became of it: ``status``, ``result``, ``cancel``, ``retry``, ``list``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload, runtime_checkable
 
-from durable.boundary import KIND_NAME, check_kind
+from durable.boundary import KIND_NAME, check_kind, check_workflow, shown
 from durable.interfaces import (
     Admitted,
     Durable,
@@ -22,12 +23,14 @@ from durable.interfaces import (
     Lifecycle,
     LifecycleNotOffered,
     Page,
+    Scheduler,
     Status,
+    UnknownWorkflow,
     WorkflowStatus,
 )
 from durable.parsers import as_is
 from durable.policy import RetryPolicy
-from durable.run import Run
+from durable.run import ParseFailed, Run
 
 __all__ = [
     "KIND_NAME",
@@ -199,14 +202,28 @@ class InputRefused(ValueError):
 
 
 class WorkflowHandle(Generic[T]):
-    """One workflow, from outside: its status, its result, its cancellation."""
+    """One workflow, from outside: its status, its result, its cancellation.
+
+    Holds nothing but the store and the id, so a handle made in another process (or by
+    ``durable.handle(workflow)``) is as good as the one ``start`` returned.
+    """
 
     def __init__(self, durable: LifecycleDurable[Any], workflow: str) -> None:
         self.durable = durable
-        self.workflow = workflow
+        self.workflow = check_workflow(workflow)
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self.workflow!r})"
 
     async def status(self) -> WorkflowStatus:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """The workflow's status now; ``UnknownWorkflow`` when the store has none."""
+        found = await self.durable.status(self.workflow)
+        if found is None:
+            raise UnknownWorkflow(
+                f"no workflow {self.workflow!r} has a status in this store (never started, "
+                "never run, or discarded)"
+            )
+        return found
 
     @overload
     async def result(self, timeout: timedelta | float | None = None) -> object: ...  # noqa: ASYNC109
@@ -225,10 +242,65 @@ class WorkflowHandle(Generic[T]):
         *,
         parse: Callable[[object], Any] = as_is,
     ) -> Any:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Wait for the outcome: the value the body returned, through ``parse``.
+
+        ``WorkflowFailed`` when it failed, ``WorkflowCancelled`` when it was cancelled,
+        ``TimeoutError`` naming the workflow and its status once ``timeout`` (seconds or a
+        ``timedelta``; None waits for ever) has passed, ``ParseFailed`` when ``parse``
+        refuses the value. Polls ``status`` from every 10 ms, doubling to every 500 ms: a
+        wait that costs one read per half second at worst, and never a busy loop.
+        """
+        seconds = _seconds(timeout)
+        loop = asyncio.get_running_loop()
+        give_up = None if seconds is None else loop.time() + seconds
+        delay = RESULT_POLL_FIRST
+        while True:
+            found = await self.status()
+            if found.status is Status.FINISHED:
+                try:
+                    return parse(found.value)
+                except Exception as error:
+                    raise ParseFailed(self.workflow, "<result>", found.value, error) from error
+            if found.status is Status.FAILED:
+                raise WorkflowFailed(self.workflow, found.failure)
+            if found.status is Status.CANCELLED:
+                raise WorkflowCancelled(self.workflow, found)
+            if give_up is not None:
+                remaining = give_up - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"workflow {self.workflow!r} is still {found.status} after "
+                        f"{seconds:g} s of waiting for its result"
+                    )
+                await asyncio.sleep(min(delay, remaining))
+            else:
+                await asyncio.sleep(delay)
+            delay = min(delay * 2, RESULT_POLL_MOST)
 
     async def cancel(self) -> WorkflowStatus:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Cancel the workflow (see ``LifecycleDurable.cancel``)."""
+        return await self.durable.cancel(self.workflow)
+
+
+RESULT_POLL_FIRST = 0.01
+"""``result`` first asks again after this many seconds..."""
+
+RESULT_POLL_MOST = 0.5
+"""...doubling up to this: an outcome is seen at most half a second late."""
+
+
+def _seconds(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise TypeError(f"a timeout is seconds or a timedelta, got {timeout!r}")
+    if seconds < 0:
+        raise ValueError(f"a timeout cannot be negative, got {timeout!r}")
+    return seconds
 
 
 @runtime_checkable
@@ -260,32 +332,100 @@ class LifecycleDurable(Durable[Effect], Protocol[Effect]):
 class Lifecycled:
     """The six methods above for any Durable, from its checkpointer's Lifecycle. The three
     moves that cross both halves are hooks whose defaults record, then queue; an atomic
-    Durable overrides them as one commit."""
+    Durable overrides them as one commit.
+
+    A Durable whose checkpointer does not offer lifecycle still has the methods (they are
+    on the class); each raises ``LifecycleNotOffered`` naming the store, before anything is
+    written.
+    """
+
+    if TYPE_CHECKING:
+
+        @property
+        def checkpointer(self) -> object: ...
+
+        @property
+        def scheduler(self) -> Scheduler: ...
+
+    def _lifecycle(self) -> Lifecycle:
+        return lifecycle_of(self.checkpointer)
 
     async def _admit_and_queue(
         self, workflow: str, kind: str, input: object, queue: str
     ) -> Admitted:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Record the start, then queue it: a crash between leaves a ``ready`` workflow that
+        is not queued, and the same ``start`` again finds it ready and queues it."""
+        admitted = await self._lifecycle().admit(workflow, kind, input, queue=queue)
+        if admitted.queue:
+            await self.scheduler.make_ready(workflow)
+        return admitted
 
     async def _withdraw_and_cancel(self, workflow: str) -> WorkflowStatus:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Cancel in the record first (raising the fence), then in the queue: a crash between
+        leaves a queued cancelled workflow, whose next ``begin`` refuses it."""
+        withdrawn = await self._lifecycle().withdraw(workflow)
+        if withdrawn.status is Status.CANCELLED:
+            await self.scheduler.cancel(workflow)
+        return withdrawn
 
     async def _readmit_and_queue(self, workflow: str) -> WorkflowStatus:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Readmit, then queue, as ``start`` does (and repaired the same way: retry again)."""
+        readmitted = await self._lifecycle().readmit(workflow)
+        await self.scheduler.make_ready(workflow)
+        return readmitted
 
     async def start(
         self, kind: Kind[Any, T] | str, workflow: str, input: object = None
     ) -> WorkflowHandle[T]:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Start ``workflow`` as ``kind`` on ``input``, and return its handle.
+
+        With a ``Kind``, its parser checks ``input`` first, and ``InputRefused`` means nothing
+        was written: a worker would only fail the workflow on its first pass, and the caller
+        who holds the mistake is the one to hear of it. The input stored is the one given
+        (through the codec), not the parsed one, so a repeat is compared by its encoding.
+        With a name (``str``), only the name is checked; the worker parses at its first pass.
+
+        Idempotent: the same kind and input again writes nothing and returns the handle (and
+        queues it again if it is still ready, which repairs a start whose queueing was lost).
+        Another kind or input under the id is ``StartConflict``, nothing written.
+        """
+        check_workflow(workflow)
+        if isinstance(kind, Kind):
+            name, queue = check_kind(kind.name), kind.queue
+            try:
+                kind.parse(input)
+            except Exception as error:
+                raise InputRefused(
+                    f"workflow {workflow!r}: kind {name!r} refused the input {shown(input)}: "
+                    f"{error} (nothing was written)"
+                ) from error
+        elif isinstance(kind, str):
+            name, queue = check_kind(kind), "default"
+        else:
+            raise TypeError(f"start takes a Kind or a kind's name, got {kind!r}")
+        self._lifecycle()  # LifecycleNotOffered before anything is written
+        await self._admit_and_queue(workflow, name, input, queue)
+        return WorkflowHandle(cast("LifecycleDurable[Any]", self), workflow)
 
     async def cancel(self, workflow: str) -> WorkflowStatus:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Cancel ``workflow``: it never runs again, a pass in flight is refused at its next
+        write, and its records are kept (``retry`` resumes it; ``discard`` forgets it). A
+        finished or failed workflow is returned unchanged; ``UnknownWorkflow`` for none."""
+        check_workflow(workflow)
+        self._lifecycle()
+        return await self._withdraw_and_cancel(workflow)
 
     async def retry(self, workflow: str) -> WorkflowStatus:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Run a failed or cancelled workflow again with fresh attempts, its recorded steps
+        replayed rather than repeated. ``NotRetryable`` for any other status."""
+        check_workflow(workflow)
+        self._lifecycle()
+        return await self._readmit_and_queue(workflow)
 
     async def status(self, workflow: str) -> WorkflowStatus | None:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """The workflow's status, or None when the store has none for it."""
+        check_workflow(workflow)
+        return await self._lifecycle().status(workflow)
 
     async def list(
         self,
@@ -295,10 +435,24 @@ class Lifecycled:
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """Workflows by status and kind, newest updated first; pass ``Page.cursor`` back for
+        the next page."""
+        wanted: Status | None = None
+        if status is not None:
+            try:
+                wanted = Status(status)
+            except ValueError:
+                known = ", ".join(s.value for s in Status)
+                raise ValueError(f"no status {status!r}; a workflow is one of {known}") from None
+        if kind is not None:
+            check_kind(kind)
+        return await self._lifecycle().statuses(
+            status=wanted, kind=kind, limit=limit, cursor=cursor
+        )
 
     def handle(self, workflow: str) -> WorkflowHandle[object]:
-        raise NotImplementedError("lifecycle: written in the next commit")
+        """A handle on ``workflow``, started here or anywhere else."""
+        return WorkflowHandle(cast("LifecycleDurable[Any]", self), workflow)
 
 
 def lifecycle_of(checkpointer: object) -> Lifecycle:
