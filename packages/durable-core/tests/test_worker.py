@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from durable.clock import ManualClock
-from durable.interfaces import Delivery, Durable, Pass, Recorded, StoreUnavailable
+from durable.durable import SplitDurable
+from durable.interfaces import Delivery, Durable, Entry, Pass, Recorded, StoreUnavailable
 from durable.memory import MemoryCheckpointer, MemoryDurable, MemoryScheduler
 from durable.run import DEFAULT_LIVENESS, Run, resume
 from durable.worker import work
@@ -89,6 +90,49 @@ class Spy(MemoryScheduler):
 def spied(clock: ManualClock | None = None, **options: Any) -> tuple[MemoryDurable, Spy]:
     spy = Spy(clock=clock, **options)
     return MemoryDurable(MemoryCheckpointer(clock=clock), spy), spy
+
+
+class Plain:
+    """A checkpointer that offers only the ``Checkpointer`` methods: the memory store as a
+    third party's store without lifecycle looks to the worker."""
+
+    def __init__(self, inner: MemoryCheckpointer) -> None:
+        self.inner = inner
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        return await self.inner.load(workflow)
+
+    async def history(self, workflow: str) -> list[Entry]:
+        return await self.inner.history(workflow)
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        return await self.inner.claim(workflow, liveness=liveness, budget=budget)
+
+    async def renew(self, holder: Pass) -> Pass:
+        return await self.inner.renew(holder)
+
+    async def release(self, holder: Pass) -> None:
+        await self.inner.release(holder)
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        return await self.inner.record(holder, key, value)
+
+    async def transact(self, holder: Pass, key: str, effect: Any) -> Recorded:
+        return await self.inner.transact(holder, key, effect)
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        return await self.inner.supply(workflow, key, value)
+
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        return await self.inner.append(workflow, value, message_id=message_id)
+
+    async def discard(self, workflow: str) -> None:
+        await self.inner.discard(workflow)
+
+
+def plain(inner: MemoryCheckpointer, scheduler: MemoryScheduler) -> SplitDurable[Any]:
+    """``inner`` and ``scheduler`` as a store without lifecycle."""
+    return SplitDurable(Plain(inner), scheduler)
 
 
 @contextlib.asynccontextmanager
@@ -281,10 +325,12 @@ async def test_a_fenced_pass_is_deferred_and_later_finishes(clock: ManualClock) 
     assert await durable.checkpointer.load(WORKFLOW) == {"payout": "po_2"}
 
 
-async def test_a_failing_body_is_logged_with_its_workflow_and_retried_after_retry(
+async def test_without_lifecycle_a_failing_body_is_logged_and_retried_after_retry(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    durable, spy = spied(clock)
+    """The previous release's path, kept for a store that offers no lifecycle."""
+    spy = Spy(clock=clock)
+    durable = plain(MemoryCheckpointer(clock=clock), spy)
     retry = timedelta(seconds=7)
     passes = 0
 
@@ -393,14 +439,23 @@ def cuttable(
     return MemoryDurable(CutCheckpointer(switch, clock), scheduler), scheduler, switch
 
 
+def cuttable_plain(
+    clock: ManualClock | None = None,
+) -> tuple[SplitDurable[Any], CutScheduler, Switch]:
+    """``cuttable``, as a store without lifecycle (the worker's path for a bare body)."""
+    switch = Switch()
+    scheduler = CutScheduler(switch, clock=clock)
+    return plain(CutCheckpointer(switch, clock), scheduler), scheduler, switch
+
+
 def worker_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "durable.worker"]
 
 
-async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_delivery_stays_out(
+async def test_without_lifecycle_a_pass_cut_short_by_an_outage_leaves_its_delivery_out(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    durable, spy, switch = cuttable(clock)
+    durable, spy, switch = cuttable_plain(clock)
     midway = asyncio.Event()
     go_on = asyncio.Event()
     passes = 0
@@ -439,7 +494,7 @@ async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_deliv
     assert tracebacks[0].exc_info is not None
     assert isinstance(tracebacks[0].exc_info[1], StoreUnavailable)
     first = tracebacks[0].getMessage()
-    assert "store outage: MemoryDurable" in first
+    assert "store outage: SplitDurable" in first
     assert f"running workflow {WORKFLOW!r}" in first
     assert "could not reach the test store for record" in first
     assert "delivery stays out" in first
@@ -450,10 +505,10 @@ async def test_a_pass_cut_short_by_an_outage_is_not_a_body_failure_and_its_deliv
     assert not [r for r in caplog.records if r.name == "durable.run" and r.levelno > logging.DEBUG]
 
 
-async def test_an_answer_lost_to_an_outage_leaves_the_delivery_out_and_the_next_pass_finishes(
+async def test_without_lifecycle_an_answer_lost_to_an_outage_is_replayed_by_the_next_pass(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    durable, spy, switch = cuttable(clock)
+    durable, spy, switch = cuttable_plain(clock)
     passes = 0
 
     async def body(run: Run[Any]) -> str:
@@ -538,7 +593,8 @@ async def test_an_unknown_error_from_the_store_is_still_a_body_failure(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A third-party store that raises its driver's own errors still works, as before."""
-    durable, spy = spied(clock)
+    spy = Spy(clock=clock)
+    durable = plain(MemoryCheckpointer(clock=clock), spy)
     passes = 0
 
     async def body(run: Run[Any]) -> None:

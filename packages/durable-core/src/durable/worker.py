@@ -14,7 +14,11 @@ What it owes, each for a reason:
 * cancellation leaves the delivery outstanding, so the scheduler hands it out again once
   its lease runs out, rather than a half-done pass being acknowledged;
 * a store outage (:class:`~durable.interfaces.StoreUnavailable`) is waited out, not blamed
-  on the work: see :class:`_Outage` for what it looks like in the log.
+  on the work: see :class:`_Outage` for what it looks like in the log;
+* on a store that offers lifecycle, every pass begun is counted (in the claim's own write)
+  and every pass ends in one ``settle``: the outcome, the failure, or a backoff, so that a
+  failing workflow stops after its kind's ``RetryPolicy`` and says why (see
+  :func:`_answer_lifecycle`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -30,8 +36,33 @@ from typing import Any, TypeVar
 
 from durable.boundary import check_duration
 from durable.clock import Clock, SystemClock
-from durable.interfaces import Contended, Delivery, Durable, Fenced, StoreUnavailable
-from durable.run import DEFAULT_BUDGET, DEFAULT_LIVENESS, Blocked, Finished, Run, Sleeping, resume
+from durable.codec import UnencodableValue
+from durable.interfaces import (
+    Contended,
+    Delivery,
+    Durable,
+    Failure,
+    Fenced,
+    Lifecycle,
+    LifecycleNotOffered,
+    Pass,
+    Settlement,
+    Status,
+    StoreUnavailable,
+)
+from durable.policy import failure_of
+from durable.run import (
+    DEFAULT_BUDGET,
+    DEFAULT_LIVENESS,
+    Blocked,
+    Finished,
+    ParseFailed,
+    Run,
+    Sleeping,
+    drive,
+    resume,
+)
+from durable.workflows import Kind, Workflows
 
 __all__ = ["work"]
 
@@ -232,6 +263,337 @@ async def _answer(
     outage.succeeded(started)
 
 
+PASS_LOST = "durable.PassLost"
+"""The failure type of a workflow whose passes died until its attempts ran out."""
+
+
+class _Serving:
+    """What the lifecycle path of one worker shares across its passes."""
+
+    def __init__(
+        self,
+        lifecycle: Lifecycle,
+        registry: Workflows,
+        owner: str,
+        random: Callable[[], float] | None,
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.registry = registry
+        self.owner = owner
+        self.random = random
+        self.unserved: set[str | None] = set()
+
+
+async def _answer_lifecycle(
+    durable: Durable[Any],
+    delivery: Delivery,
+    serving: _Serving,
+    *,
+    liveness: timedelta,
+    budget: timedelta,
+    retry: timedelta,
+    clock: Clock,
+    outage: _Outage,
+) -> None:
+    """One pass on a lifecycle store: begin (counting the attempt), drive, settle, answer.
+
+    The count is the claim's own write, so a pass whose process is killed is counted and
+    ``max_attempts`` of them end the crash loop as ``durable.PassLost``. A pass ending in
+    an interruption it lives to report (fenced by its budget, a store outage) gives its
+    attempt back in the ``settle`` that ends it; one that reaches a wait has made progress
+    and sets the count to 0; a failure keeps it. Truth before queue: the settle lands before
+    the delivery is answered, so a crash between leaves the delivery outstanding and the
+    next pass finds the workflow terminal or replays it.
+    """
+    workflow = delivery.workflow
+    scheduler = durable.scheduler
+    lifecycle = serving.lifecycle
+    started = time.monotonic()
+    try:
+        began = await lifecycle.begin(
+            workflow, liveness=liveness, budget=budget, owner=serving.owner
+        )
+    except StoreUnavailable as error:
+        outage.failed(f"beginning a pass of workflow {workflow!r}", error, workflow=workflow)
+        return
+    when: datetime | None
+    if began is None:
+        log.info("workflow %r: another pass holds it; deferred by %s", workflow, retry)
+        await _reply(scheduler, delivery, clock.now() + retry, outage, started)
+        return
+    holder = began.holder
+    if holder is None:
+        log.info("workflow %r: %s; nothing to run", workflow, began.status)
+        await _reply(scheduler, delivery, None, outage, started)
+        return
+    n = began.attempts
+
+    def refund() -> Settlement:
+        return Settlement(Status.SLEEPING, max(n - 1, 0), until=clock.now() + retry)
+
+    kind = serving.registry.resolve(began.kind)
+    if kind is None:
+        if began.kind not in serving.unserved:
+            serving.unserved.add(began.kind)
+            what = (
+                f"kind {began.kind!r}"
+                if began.kind is not None
+                else "no recorded kind, and this registry has no default"
+            )
+            log.warning(
+                "workflow %r has %s; this worker serves %s, so it defers such workflows by %s "
+                "(another worker may serve them; said once per kind)",
+                workflow,
+                what,
+                ", ".join(k.name for k in serving.registry) or "no kinds",
+                retry,
+            )
+        await _settle_and_reply(
+            lifecycle,
+            scheduler,
+            delivery,
+            holder,
+            refund(),
+            clock.now() + retry,
+            outage,
+        )
+        return
+    policy = kind.policy
+    if began.lost is not None:
+        log.warning(
+            "workflow %r: the previous pass on %s never ended; attempt %d of %d",
+            workflow,
+            began.lost,
+            n,
+            policy.max_attempts,
+        )
+    if n > policy.max_attempts:
+        where = f" (it ran on {began.lost})" if began.lost is not None else ""
+        lost = Failure(
+            PASS_LOST,
+            f"attempt {n - 1} of {policy.max_attempts} never ended{where}: its process died "
+            "or stalled past its liveness",
+            "",
+            n - 1,
+        )
+        log.error("workflow %r: failed: %s", workflow, lost)
+        ended = Settlement(Status.FAILED, n - 1, failure=lost)
+        await _settle_and_reply(
+            lifecycle,
+            scheduler,
+            delivery,
+            holder,
+            ended,
+            None,
+            outage,
+        )
+        return
+    try:
+        parsed = kind.parse(began.input)
+    except Exception as error:
+        refused = ParseFailed(workflow, "<input>", began.input, error)
+        log.error("workflow %r: failed: kind %r refused its input: %s", workflow, kind.name, error)
+        ended = Settlement(Status.FAILED, n, failure=failure_of(refused, n))
+        await _settle_and_reply(
+            lifecycle,
+            scheduler,
+            delivery,
+            holder,
+            ended,
+            None,
+            outage,
+        )
+        return
+    checkpointer: Any = durable.checkpointer
+    try:
+        outcome = await drive(
+            checkpointer,
+            holder,
+            _bound(kind, parsed),
+            liveness=liveness,
+            clock=clock,
+            beat=lifecycle.beat,
+        )
+    except Fenced as fenced:
+        log.warning("workflow %r: pass stopped: %s; deferred by %s", workflow, fenced, retry)
+        await _settle_and_reply(
+            lifecycle,
+            scheduler,
+            delivery,
+            holder,
+            refund(),
+            clock.now() + retry,
+            outage,
+        )
+        return
+    except Exception as error:
+        if _is_outage(error):
+            outage.failed(f"running workflow {workflow!r}", error, workflow=workflow)
+            # Give the attempt back if the store answers; if it does not, the delivery stays
+            # out and the attempt stays counted, the one an outage longer than the pass's
+            # liveness can cost.
+            await _settle_and_reply(
+                lifecycle,
+                scheduler,
+                delivery,
+                holder,
+                refund(),
+                clock.now() + retry,
+                outage,
+            )
+            return
+        await _failed(
+            lifecycle, scheduler, delivery, holder, kind, error, n, clock, outage, serving, retry
+        )
+        return
+    if isinstance(outcome, Finished):
+        try:
+            ended = Settlement(Status.FINISHED, n, value=outcome.value)
+            log.info("workflow %r: finished", workflow)
+            await _settle_and_reply(
+                lifecycle,
+                scheduler,
+                delivery,
+                holder,
+                ended,
+                None,
+                outage,
+            )
+        except UnencodableValue as error:
+            # The body returned something the store cannot keep: the body's failure.
+            await _failed(
+                lifecycle,
+                scheduler,
+                delivery,
+                holder,
+                kind,
+                error,
+                n,
+                clock,
+                outage,
+                serving,
+                retry,
+            )
+        return
+    if isinstance(outcome, Sleeping):
+        log.info("workflow %r: sleeping until %s", workflow, outcome.until.isoformat())
+        ended = Settlement(Status.SLEEPING, 0, until=outcome.until, keys=outcome.keys)
+        when = outcome.until
+    else:
+        assert isinstance(outcome, Blocked)
+        log.info("workflow %r: blocked on %s", workflow, ", ".join(outcome.keys))
+        ended = Settlement(Status.BLOCKED, 0, keys=outcome.keys)
+        when = None
+    await _settle_and_reply(lifecycle, scheduler, delivery, holder, ended, when, outage)
+
+
+def _bound(kind: Kind[Any, Any], parsed: object) -> Callable[[Run[Any]], Awaitable[object]]:
+    async def body(run: Run[Any]) -> object:
+        return await kind.body(run, parsed)
+
+    return body
+
+
+async def _failed(
+    lifecycle: Lifecycle,
+    scheduler: Any,
+    delivery: Delivery,
+    holder: Pass,
+    kind: Kind[Any, Any],
+    error: BaseException,
+    n: int,
+    clock: Clock,
+    outage: _Outage,
+    serving: _Serving,
+    retry: timedelta,
+) -> None:
+    """Attempt ``n`` raised ``error``: fail the workflow, or sleep it for the backoff."""
+    workflow = delivery.workflow
+    policy = kind.policy
+    failure = failure_of(error, n)
+    if policy.gives_up(error, n):
+        why = "non-retryable" if n < policy.max_attempts else f"attempt {n} of {n}"
+        log.error("workflow %r: failed (%s): %s", workflow, why, failure, exc_info=error)
+        ended = Settlement(Status.FAILED, n, failure=failure)
+        await _settle_and_reply(
+            lifecycle,
+            scheduler,
+            delivery,
+            holder,
+            ended,
+            None,
+            outage,
+        )
+        return
+    delay = policy.backoff(n) if serving.random is None else policy.backoff(n, serving.random)
+    until = clock.now() + delay
+    log.warning(
+        "workflow %r: attempt %d of %d failed: %s; retrying in %.3gs",
+        workflow,
+        n,
+        policy.max_attempts,
+        failure,
+        delay.total_seconds(),
+        exc_info=error,
+    )
+    ended = Settlement(Status.SLEEPING, n, failure=failure, until=until)
+    await _settle_and_reply(lifecycle, scheduler, delivery, holder, ended, until, outage)
+
+
+async def _settle_and_reply(
+    lifecycle: Lifecycle,
+    scheduler: Any,
+    delivery: Delivery,
+    holder: Pass,
+    ended: Settlement,
+    when: datetime | None,
+    outage: _Outage,
+) -> None:
+    """Settle, then answer for the delivery (truth before queue).
+
+    Refused (``Fenced``): the workflow was cancelled or discarded, or superseded after this
+    pass went silent, and whoever raised the fence owns its status now. The delivery is
+    still answered as planned: the scheduler never lets an answer reinstate a cancelled
+    workflow or undo a newer wakeup. Unreachable: the delivery stays out, as for any
+    outage.
+    """
+    started = time.monotonic()
+    try:
+        await lifecycle.settle(holder, ended)
+    except Fenced as fenced:
+        log.warning(
+            "workflow %r: could not record it %s: %s", delivery.workflow, ended.status, fenced
+        )
+    except StoreUnavailable as error:
+        outage.failed(
+            f"settling workflow {delivery.workflow!r} as {ended.status}",
+            error,
+            workflow=delivery.workflow,
+        )
+        return
+    await _reply(scheduler, delivery, when, outage, started)
+
+
+async def _reply(
+    scheduler: Any, delivery: Delivery, when: datetime | None, outage: _Outage, started: float
+) -> None:
+    """Answer for ``delivery``: ``done`` when ``when`` is None, else ``wake_at(when)``."""
+    try:
+        if when is None:
+            await scheduler.done(delivery)
+        else:
+            await scheduler.wake_at(delivery, when)
+    except StoreUnavailable as error:
+        how = "done" if when is None else "wake_at"
+        outage.failed(
+            f"answering for workflow {delivery.workflow!r} ({how})",
+            error,
+            workflow=delivery.workflow,
+        )
+        return
+    outage.succeeded(started)
+
+
 async def _tick(durable: Durable[Any], every: float, clock: Clock, outage: _Outage) -> None:
     # A success here ends no outage: a scheduler whose timer has nothing to do (a
     # visibility-scored queue) answers wake_due without asking its store anything. The
@@ -251,7 +613,7 @@ async def _tick(durable: Durable[Any], every: float, clock: Clock, outage: _Outa
 
 async def work(
     durable: Durable[Any],
-    body: Callable[[Run[Any]], Awaitable[object]],
+    workflows: Workflows | Kind[Any, Any] | Callable[[Run[Any]], Awaitable[object]],
     *,
     limit: int = 8,
     liveness: timedelta = DEFAULT_LIVENESS,
@@ -263,18 +625,37 @@ async def work(
     clock: Clock | None = None,
     stop: asyncio.Event | None = None,
     grace: timedelta | None = None,
+    name: str | None = None,
+    random: Callable[[], float] | None = None,
 ) -> None:
-    """Run passes of ``body`` for whatever ``durable``'s scheduler delivers, until cancelled
-    or until ``stop`` is set.
+    """Run passes of ``workflows`` for whatever ``durable``'s scheduler delivers, until
+    cancelled or until ``stop`` is set.
+
+    ``workflows`` is a :class:`~durable.workflows.Workflows` registry, one ``Kind``, or a
+    bare body (``Workflows.of`` makes a one-kind registry of either). On a store that
+    offers lifecycle, each workflow runs as the kind its row records (a workflow with no
+    recorded kind as the registry's default), every pass begun is counted, and a raising
+    body is retried by its kind's ``RetryPolicy`` until it fails for good with its error
+    recorded; a kind this worker does not serve is deferred by ``retry`` with a warning,
+    never failed (another worker, or the next deploy, may serve it). ``name`` is this
+    worker as each pass's owner (default ``host:pid``), shown by ``durable show`` and in
+    the ``PassLost`` failure of a crash loop; ``random`` replaces the backoff's jitter
+    source (a test passes ``lambda: 0.0`` for exact times).
+
+    On a store without lifecycle, a bare body runs as the previous release ran it: each
+    failure deferred by ``retry``, without bound (one warning says so), and a registry or
+    a ``Kind`` is refused with ``LifecycleNotOffered`` before any work is taken.
 
     ``limit`` passes run at once. ``poll`` bounds how long one wait for work lasts (and so
     how quickly ``stop`` is noticed); ``tick`` is the timer's period; ``idle`` is how long
     an unanswered delivery may sit before this worker reclaims it (default: the
-    scheduler's lease); ``retry`` is how long a contended, fenced or failed pass is
-    deferred. When ``stop`` is set the worker takes no more work and waits up to ``grace``
-    (default: forever) for passes in flight; passes still running then are cancelled and
-    their deliveries left outstanding, and one line names their workflows. Cancelling
-    ``work`` itself does the same at once.
+    scheduler's lease); ``retry`` is how long a contended or fenced pass, or a workflow of
+    a kind not served here, is deferred (on a store without lifecycle, a failed pass too).
+    When ``stop`` is set the worker takes no more work and waits up to ``grace`` (default:
+    forever) for passes in flight; passes still running then are cancelled and their
+    deliveries left outstanding, and one line names their workflows. Cancelling ``work``
+    itself does the same at once; on a lifecycle store such a pass stays counted, as one
+    that died would (its next pass reports it lost).
 
     A store outage (:class:`~durable.interfaces.StoreUnavailable`, from taking work, from a
     pass, from answering for a delivery or from the timer) never fails a pass and never
@@ -295,6 +676,30 @@ async def work(
         ("retry", retry),
     ):
         check_duration(name, value)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"a worker's name is a non-empty str, got {name!r}")
+    owner = name if name is not None else f"{socket.gethostname()}:{os.getpid()}"
+    serving: _Serving | None = None
+    body: Callable[[Run[Any]], Awaitable[object]] | None = None
+    checkpointer = durable.checkpointer
+    if isinstance(checkpointer, Lifecycle):
+        serving = _Serving(checkpointer, Workflows.of(workflows), owner, random)
+    elif isinstance(workflows, Workflows | Kind):
+        raise LifecycleNotOffered(
+            f"the store {durable!r} does not offer lifecycle, so it cannot run workflows by "
+            "kind: serve a bare body instead (async def body(run)), or use a store that "
+            "offers lifecycle"
+        )
+    elif callable(workflows):
+        body = workflows
+        log.warning(
+            "the store %r does not offer lifecycle: workflows have no status, and a failing "
+            "body is retried every %s without bound",
+            durable,
+            retry,
+        )
+    else:
+        raise TypeError(f"work serves a Workflows, a Kind or a workflow body, got {workflows!r}")
     scheduler = durable.scheduler
     idle = check_duration("idle", idle if idle is not None else scheduler.lease)
     if grace is not None:
@@ -352,8 +757,21 @@ async def work(
             if delivery is None:
                 slots.release()
                 continue
-            task = asyncio.ensure_future(
-                _answer(
+            answering: Awaitable[None]
+            if serving is not None:
+                answering = _answer_lifecycle(
+                    durable,
+                    delivery,
+                    serving,
+                    liveness=liveness,
+                    budget=budget,
+                    retry=retry,
+                    clock=clock,
+                    outage=outage,
+                )
+            else:
+                assert body is not None
+                answering = _answer(
                     durable,
                     delivery,
                     body,
@@ -363,7 +781,7 @@ async def work(
                     clock=clock,
                     outage=outage,
                 )
-            )
+            task = asyncio.ensure_future(answering)
             in_flight[task] = delivery.workflow
             task.add_done_callback(finished)
         if in_flight:
