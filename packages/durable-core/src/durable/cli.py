@@ -720,8 +720,10 @@ async def _start(args: argparse.Namespace, out: TextIO) -> int:
             raise Exit(USAGE, f"--workflows {args.workflows} is not a Workflows, a Kind or a body")
         served = Workflows.of(registry)  # type: ignore[arg-type]
         if args.kind not in served:
-            known = ", ".join(k.name for k in served)
-            raise Exit(USAGE, f"--workflows {args.workflows} has no kind {args.kind!r} ({known})")
+            known = ", ".join(repr(k.name) for k in served)
+            raise Exit(
+                USAGE, f"--workflows {args.workflows} has no kind {args.kind!r}; it has {known}"
+            )
         kind = served[args.kind]
     url = _store_url(args)
     async with _open(url) as opened:
