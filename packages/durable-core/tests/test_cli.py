@@ -212,10 +212,11 @@ def test_show_of_an_unknown_workflow_exits_3() -> None:
     assert "no workflow 'never-started'" in done.stderr
 
 
-def test_list_on_an_enumerable_store_succeeds() -> None:
+def test_list_on_an_empty_lifecycle_store_prints_the_header_alone() -> None:
     done = durable("list", "memory://")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == ""
+    assert done.stdout.split() == ["WORKFLOW", "KIND", "STATUS", "UPDATED"]
+    assert done.stderr == ""
 
 
 def test_discard_without_a_terminal_refuses_unless_yes() -> None:
@@ -520,3 +521,76 @@ def test_a_second_signal_while_draining_stops_the_worker_at_once_leaving_the_del
     shown = json.loads(durable("show", sqlite_url, "wf-1", "--json").stdout)
     assert shown["scheduled"] is not None, "the cancelled pass's delivery is still out"
     assert "finished" not in log
+
+
+# --- the lifecycle commands (the memory store keeps nothing between commands, so each of
+# these is one command; test_cli_stores.py runs them in sequence on every real store) ------
+
+
+def test_start_prints_the_workflow_its_kind_and_its_status() -> None:
+    done = durable("start", "memory://", "payout", "o-1", '{"amount": 5}')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "started o-1 (payout): ready\n"
+
+
+def test_start_refuses_a_kind_name_a_key_could_not_hold_and_malformed_input() -> None:
+    bad_kind = durable("start", "memory://", "pay:out", "o-1")
+    bad_json = durable("start", "memory://", "payout", "o-1", "{amount: 5}")
+    assert bad_kind.returncode == 2, bad_kind.stderr
+    assert "'pay:out'" in bad_kind.stderr
+    assert bad_json.returncode == 2, bad_json.stderr
+    assert "INPUT is not valid JSON" in bad_json.stderr
+
+
+def test_start_with_a_registry_runs_the_kinds_parser_before_opening_the_store() -> None:
+    refused = durable(
+        "start",
+        "memory://",
+        "payout",
+        "o-1",
+        '{"amount": 0}',
+        "--workflows",
+        "cli_bodies:workflows",
+    )
+    accepted = durable(
+        "start",
+        "memory://",
+        "payout",
+        "o-1",
+        '{"amount": 3}',
+        "--workflows",
+        "cli_bodies:workflows",
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "kind 'payout' refused the input" in refused.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    assert accepted.stdout == "started o-1 (payout): ready\n"
+
+
+@pytest.mark.parametrize("command", ["cancel", "retry", "result"])
+def test_a_lifecycle_command_on_an_unknown_workflow_exits_3_naming_it(command: str) -> None:
+    done = durable(command, "memory://", "never-started")
+    assert done.returncode == 3, done.stderr
+    assert "'never-started'" in done.stderr
+
+
+def test_list_refuses_a_status_that_does_not_exist_naming_the_seven() -> None:
+    done = durable("list", "memory://", "--status", "sleepy")
+    assert done.returncode == 2, done.stderr
+    assert "ready" in done.stderr
+    assert "cancelled" in done.stderr
+
+
+def test_the_help_names_the_new_exit_codes() -> None:
+    done = durable("--help")
+    assert "6 refused by the workflow's state" in " ".join(done.stdout.split())
+    assert "7 the workflow failed or was cancelled" in " ".join(done.stdout.split())
+    assert "8 timed out" in done.stdout
+
+
+def test_a_worker_serving_a_registry_starts_and_names_itself(workers: list[Worker]) -> None:
+    worker = Worker("memory://", "cli_bodies:workflows", "--name", "box-7")
+    workers.append(worker)
+    line = worker.wait_for("worker: cli_bodies:workflows as box-7 on memory://")
+    assert "8 at once" in line
+    assert worker.stop() == 0, "".join(worker.log)
