@@ -42,7 +42,7 @@ from durable.memory import (
 from durable.plugins import StorePlugin, Testbed, hookimpl
 
 DISTRIBUTION = "durable-broken-stores"
-MEMORY_CAPABILITIES = frozenset({"transact", "atomic-arrive", "enumerate"})
+MEMORY_CAPABILITIES = frozenset({"transact", "atomic-arrive", "enumerate", "lifecycle"})
 
 
 # -- checkpointers that break one rule each ------------------------------------------------
@@ -390,7 +390,7 @@ TWO_WINNERS = Broken("two-winners", checkpointer=TwoWinners, breaks="claim check
 # Not broken in a guarantee, but in what they say about themselves.
 UNDECLARED_TRANSACT = Broken(
     "undeclared-transact",
-    capabilities=frozenset({"atomic-arrive", "enumerate"}),
+    capabilities=frozenset({"atomic-arrive", "enumerate", "lifecycle"}),
     breaks="implements transact without declaring it",
 )
 NO_PROBE = Broken("no-probe", probe=False, breaks="declares transact, gives no probe")

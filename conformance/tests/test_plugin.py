@@ -39,7 +39,7 @@ def test_the_memory_store_is_certified_by_the_whole_suite(project: Any) -> None:
         [
             "durable-conformance *, durable-core *",
             "durable store memory: durable-core *; capabilities: atomic-arrive, enumerate, "
-            "transact; server: process memory",
+            "lifecycle, transact; server: process memory",
             "*= durable conformance =*",
             "requirement * capability * memory",
             "claim.one-winner * passed",
@@ -303,12 +303,12 @@ def test_list_stores_names_versions_schemes_and_capabilities(project: Any) -> No
     assert result.ret == 0
     result.stdout.fnmatch_lines(["durable stores (durable-core *):"])
     result.stdout.fnmatch_lines(
-        ["  memory * durable-core * memory://  [[]atomic-arrive, enumerate, transact]*"]
+        ["  memory * durable-core * memory://  [[]atomic-arrive, enumerate, lifecycle, transact]*"]
     )
     result.stdout.fnmatch_lines(
         [
             "  undeclared-transact * durable-broken-stores 0.0.1  undeclared-transact://  "
-            "[[]atomic-arrive, enumerate]*"
+            "[[]atomic-arrive, enumerate, lifecycle]*"
         ]
     )
     assert "collected" not in result.stdout.str()

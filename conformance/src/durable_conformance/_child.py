@@ -3,7 +3,8 @@
 Run as ``python -c "from durable_conformance._child import main; main()"`` with a JSON
 request on standard input: ``{"url": ..., "steps": [{"op": ..., ...}, ...]}``. It prints
 one JSON value per step. A pass claimed here is named by the step's ``as`` so that later
-steps can write with it; a ``record`` step may instead carry a ``workflow`` and ``token``,
+steps can write with it (``begin`` keeps its pass the same way, and never settles it); a
+``record`` step may instead carry a ``workflow`` and ``token``,
 to write with a pass another process was issued. ``Fenced`` is an answer
 (``{"fenced": message}``), not a crash: that a write from this process is refused is often
 what the parent wants to see.
@@ -18,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import durable
-from durable.interfaces import Durable, Fenced, Pass
+from durable.interfaces import Durable, Fenced, Lifecycle, Pass
 
 
 async def _perform(store: Durable[Any], step: dict[str, Any], passes: dict[str, Pass]) -> object:
@@ -49,10 +50,38 @@ async def _perform(store: Durable[Any], step: dict[str, Any], passes: dict[str, 
     if op == "release":
         await cp.release(passes[step["as"]])
         return None
+    if op == "admit":
+        admitted = await _lifecycle(cp).admit(step["workflow"], step["kind"], step.get("input"))
+        return {"created": admitted.created, "queue": admitted.queue}
+    if op == "begin":
+        # The pass is kept (under "as") and never settled: a child that begins and exits is
+        # a pass that never ended, which is what a crash looks like to the store.
+        began = await _lifecycle(cp).begin(
+            step["workflow"],
+            liveness=timedelta(seconds=step["liveness"]),
+            budget=timedelta(seconds=step["budget"]),
+            owner=step["owner"],
+        )
+        if began is None:
+            return None
+        if began.holder is not None:
+            passes[step["as"]] = began.holder
+        return began.attempts
+    if op == "status":
+        found = await _lifecycle(cp).status(step["workflow"])
+        if found is None:
+            return None
+        return {"status": str(found.status), "kind": found.kind, "attempts": found.attempts}
     if op == "make_ready":
         await store.scheduler.make_ready(step["workflow"])
         return None
     raise ValueError(f"unknown step {op!r}")
+
+
+def _lifecycle(checkpointer: object) -> Lifecycle:
+    if not isinstance(checkpointer, Lifecycle):
+        raise TypeError(f"{checkpointer!r} does not offer lifecycle")
+    return checkpointer
 
 
 async def _run(request: dict[str, Any]) -> list[object]:

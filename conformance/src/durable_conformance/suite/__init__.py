@@ -15,6 +15,7 @@ READING_ORDER = (
     "append",
     "history",
     "discard",
+    "lifecycle",
     "transact",
     "durability",
     "codec",

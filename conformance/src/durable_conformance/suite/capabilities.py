@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 
+from durable.interfaces import Lifecycle
 from durable.plugins import CAPABILITIES
+from durable.workflows import LifecycleDurable
 
 from durable_conformance import requirement
 from durable_conformance.subject import DeclaredButUnimplemented, StoreUnderTest
@@ -149,3 +151,31 @@ async def test_cluster_workflows_spread_across_shards_each_keep_every_guarantee(
         assert len(await cp.load(wf)) == (4 if store.offers("transact") else 3)
 
     await asyncio.gather(*(exercise(wf) for wf in workflows))
+
+
+@requirement("capabilities.lifecycle-as-declared")
+async def test_capabilities_lifecycle_is_declared_exactly_when_it_is_implemented(
+    store: StoreUnderTest,
+) -> None:
+    """A store declaring lifecycle has a checkpointer that is a Lifecycle and a Durable that
+    is a LifecycleDurable; one whose checkpointer implements Lifecycle without declaring it
+    is warned."""
+    checkpointer = store.checkpointer
+    if store.offers("lifecycle"):
+        if not isinstance(checkpointer, Lifecycle):
+            raise DeclaredButUnimplemented(
+                f"store {store.name!r} declares 'lifecycle' but its checkpointer "
+                f"{type(checkpointer).__name__} does not implement Lifecycle"
+            )
+        if not isinstance(store.durable, LifecycleDurable):
+            raise DeclaredButUnimplemented(
+                f"store {store.name!r} declares 'lifecycle' but its Durable "
+                f"{type(store.durable).__name__} is not a LifecycleDurable (start, cancel, "
+                "retry, status, list, handle)"
+            )
+    elif isinstance(checkpointer, Lifecycle):
+        store.warn(
+            "its checkpointer implements Lifecycle but the store does not declare the "
+            "'lifecycle' capability, so the suite reports lifecycle as not offered and "
+            "nobody may rely on it"
+        )

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from durable.interfaces import Durable
+from durable.interfaces import Durable, Inspectable, Status, StoreUnavailable, WorkflowStatus
 from durable.parsers import exactly
+from durable.policy import RetryPolicy
 from durable.run import Run
 from durable.worker import work
+from durable.workflows import Kind, WorkflowFailed, WorkflowHandle, Workflows
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
-from durable_conformance.suite._support import PATIENCE
+from durable_conformance.suite._lifecycle import lifecycle, lifecycle_durable, lost_pass
+from durable_conformance.suite._support import PATIENCE, raised
 
 QUICK: dict[str, Any] = {
     "poll": timedelta(milliseconds=50),
@@ -37,8 +41,10 @@ Body = Callable[[Run[Any]], Awaitable[object]]
 
 
 @contextlib.asynccontextmanager
-async def working(durable: Durable[Any], body: Body, **options: Any) -> AsyncIterator[None]:
-    """A worker running ``body`` on ``durable`` for the duration of the block."""
+async def working(
+    durable: Durable[Any], body: Body | Workflows | Kind[Any, Any], **options: Any
+) -> AsyncIterator[None]:
+    """A worker running ``body`` (or a registry) on ``durable`` for the block."""
     stop = asyncio.Event()
     task = asyncio.create_task(work(durable, body, stop=stop, **{**QUICK, **options}))
     try:
@@ -212,3 +218,188 @@ async def test_worker_two_workers_on_two_handles_never_run_one_workflow_at_once(
             await asyncio.sleep(0.02)
         await finished(store, workflows)
     assert overlaps == [], f"two passes ran at once on {sorted(set(overlaps))[:3]}"
+
+
+# -- workflows by kind, on a store that offers lifecycle ---------------------------------
+
+
+def _kind_name(label: str) -> str:
+    return f"{label}-{secrets.token_hex(4)}"
+
+
+async def _eventually_status(
+    store: StoreUnderTest, workflow: str, wanted: Callable[[WorkflowStatus], bool], what: str
+) -> WorkflowStatus:
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + PATIENCE
+    lc = lifecycle(store)
+    while True:
+        st = await lc.status(workflow)
+        if st is not None and wanted(st):
+            return st
+        if loop.time() > give_up:
+            raise AssertionError(f"{workflow!r} never became {what}; last seen {st}")
+        await asyncio.sleep(0.005)
+
+
+@requirement("worker.records-the-outcome", capability="lifecycle")
+async def test_worker_records_each_workflows_outcome_for_its_handle(store: StoreUnderTest) -> None:
+    """Twenty workflows of two kinds, started and run by one worker, all finish, and
+    result() returns each one's value."""
+    durable = lifecycle_durable(store)
+    registry = Workflows()
+
+    @registry.kind(_kind_name("double"), input=exactly(int))
+    async def double(run: Run[Any], number: int) -> int:
+        return await run.step("double", lambda: number * 2, exactly(int))
+
+    @registry.kind(_kind_name("greet"), input=exactly(str))
+    async def greet(run: Run[Any], name: str) -> dict[str, object]:
+        greeting = await run.step("greet", lambda: f"hello {name}", exactly(str))
+        return {"greeting": greeting, "lines": (1, 2)}
+
+    tag = store.workflow("outcome")
+    async with working(durable, registry, limit=4):
+        handles: list[tuple[WorkflowHandle[Any], object]] = []
+        for i in range(10):
+            doubled = await durable.start(double, f"{tag}-d{i}", i)
+            greeted = await durable.start(greet, f"{tag}-g{i}", f"n{i}")
+            handles.append((doubled, i * 2))
+            handles.append((greeted, {"greeting": f"hello n{i}", "lines": [1, 2]}))
+        for handle, expected in handles:
+            assert await handle.result(timeout=PATIENCE * 3) == expected, handle
+    lc = lifecycle(store)
+    for handle, _ in handles:
+        st = await lc.status(handle.workflow)
+        assert st is not None, st
+        assert st.status == Status.FINISHED, st
+        assert st.attempts == 1, st
+
+
+@requirement("worker.fails-after-max-attempts", capability="lifecycle")
+async def test_worker_a_body_that_always_raises_fails_after_max_attempts(
+    store: StoreUnderTest,
+) -> None:
+    """A body that always raises, max_attempts 3: the workflow sleeps between attempts
+    holding no claim, with the last error recorded, and fails after exactly three runs
+    with the last error."""
+    durable = lifecycle_durable(store)
+    runs: list[int] = []
+    registry = Workflows()
+    policy = RetryPolicy(max_attempts=3, initial=timedelta(milliseconds=300), jitter=0.0)
+
+    @registry.kind(_kind_name("declined"), policy=policy)
+    async def declined(run: Run[Any], order: object) -> None:
+        runs.append(len(runs) + 1)
+        raise ValueError(f"card declined (run {len(runs)})")
+
+    wf = store.workflow()
+    async with working(durable, registry):
+        handle = await durable.start(declined, wf, {"amount": 5})
+        backoff = await _eventually_status(
+            store,
+            wf,
+            lambda st: st.status == Status.SLEEPING and st.failure is not None,
+            "sleeping after a failed attempt",
+        )
+        assert backoff.failure is not None, backoff
+        assert backoff.failure.type == "ValueError", backoff
+        assert backoff.attempts >= 1, backoff
+        assert backoff.until is not None, backoff
+        inspect_claims = store.checkpointer
+        if isinstance(inspect_claims, Inspectable):
+            assert await inspect_claims.claimed(wf) is None, "a backing-off workflow holds a claim"
+        error = await raised(handle.result(timeout=PATIENCE), "result()", WorkflowFailed)
+    assert isinstance(error, WorkflowFailed)
+    assert runs == [1, 2, 3], f"the body ran {len(runs)} times"
+    assert error.failure is not None
+    assert (error.failure.type, error.failure.attempts) == ("ValueError", 3), error.failure
+    assert error.failure.message == "card declined (run 3)", error.failure
+    assert "ValueError" in error.failure.traceback
+    st = await lifecycle(store).status(wf)
+    assert st is not None, st
+    assert (st.status, st.attempts) == (Status.FAILED, 3), st
+
+
+class Declined(Exception):
+    """A payment refusal no retry can change."""
+
+
+@requirement("worker.non-retryable-fails-at-once", capability="lifecycle")
+async def test_worker_a_non_retryable_error_fails_the_first_attempt(store: StoreUnderTest) -> None:
+    """An error the kind's policy names non-retryable fails the workflow at its first
+    attempt, however many attempts the policy allows."""
+    durable = lifecycle_durable(store)
+    runs: list[str] = []
+    registry = Workflows()
+    policy = RetryPolicy(max_attempts=10, non_retryable=(Declined,))
+
+    @registry.kind(_kind_name("final"), policy=policy)
+    async def final(run: Run[Any], order: object) -> None:
+        runs.append(run.workflow)
+        raise Declined("insufficient funds")
+
+    wf = store.workflow()
+    async with working(durable, registry):
+        handle = await durable.start(final, wf)
+        error = await raised(handle.result(timeout=PATIENCE), "result()", WorkflowFailed)
+    assert isinstance(error, WorkflowFailed)
+    assert error.failure is not None
+    assert error.failure.type.endswith("Declined"), error.failure
+    assert error.failure.attempts == 1, error.failure
+    assert runs == [wf], f"a non-retryable failure ran {len(runs)} times"
+
+
+@requirement("worker.interruptions-are-not-attempts", capability="lifecycle")
+async def test_worker_interruptions_never_spend_an_attempt(store: StoreUnderTest) -> None:
+    """With max_attempts 1, a body interrupted by StoreUnavailable twice and then
+    returning finishes: an outage is never counted against the workflow."""
+    durable = lifecycle_durable(store)
+    runs: list[int] = []
+    registry = Workflows()
+
+    @registry.kind(_kind_name("flaky-store"), policy=RetryPolicy(max_attempts=1))
+    async def flaky(run: Run[Any], order: object) -> str:
+        runs.append(len(runs) + 1)
+        if len(runs) <= 2:
+            raise StoreUnavailable(f"the store went away (run {len(runs)})")
+        return "paid"
+
+    wf = store.workflow()
+    async with working(durable, registry):
+        handle = await durable.start(flaky, wf)
+        assert await handle.result(timeout=PATIENCE) == "paid"
+    assert runs == [1, 2, 3]
+    st = await lifecycle(store).status(wf)
+    assert st is not None, st
+    assert (st.status, st.attempts) == (Status.FINISHED, 1), st
+
+
+@requirement("worker.lost-passes-count", capability="lifecycle")
+async def test_worker_passes_that_never_ended_fail_the_workflow_as_pass_lost(
+    store: StoreUnderTest,
+) -> None:
+    """After max_attempts passes begun and never settled (each a process that died), the
+    next delivery fails the workflow with durable.PassLost without running the body."""
+    durable = lifecycle_durable(store)
+    runs: list[str] = []
+    registry = Workflows()
+
+    @registry.kind(_kind_name("crashing"), policy=RetryPolicy(max_attempts=2))
+    async def crashing(run: Run[Any], order: object) -> None:
+        runs.append(run.workflow)
+
+    wf = store.workflow()
+    lc = lifecycle(store)
+    await lc.admit(wf, crashing.name, None)
+    assert await lost_pass(store, wf, "doomed:1") == 1
+    second = await lost_pass(store, wf, "doomed:2")
+    assert second == 2, f"the second lost pass began as attempt {second}"
+    async with working(durable, registry):
+        await durable.scheduler.make_ready(wf)
+        st = await _eventually_status(store, wf, lambda st: st.status.terminal, "terminal")
+    assert runs == [], "the body ran after its attempts were spent by passes that died"
+    assert st.status == Status.FAILED, st
+    assert st.failure is not None, st
+    assert st.failure.type == "durable.PassLost", st.failure
+    assert (st.failure.attempts, st.attempts) == (2, 2), st

@@ -307,9 +307,19 @@ def _seconds(timeout: object) -> float | None:
 class LifecycleDurable(Durable[Effect], Protocol[Effect]):
     """A ``Durable`` whose workflows are started by kind and asked about afterwards."""
 
+    @overload
+    async def start(
+        self, kind: Kind[Any, T], workflow: str, input: object = None
+    ) -> WorkflowHandle[T]: ...
+
+    @overload
+    async def start(
+        self, kind: str, workflow: str, input: object = None
+    ) -> WorkflowHandle[object]: ...
+
     async def start(
         self, kind: Kind[Any, T] | str, workflow: str, input: object = None
-    ) -> WorkflowHandle[T]: ...
+    ) -> WorkflowHandle[Any]: ...
 
     async def cancel(self, workflow: str) -> WorkflowStatus: ...
 
@@ -374,9 +384,19 @@ class Lifecycled:
         await self.scheduler.make_ready(workflow)
         return readmitted
 
+    @overload
+    async def start(
+        self, kind: Kind[Any, T], workflow: str, input: object = None
+    ) -> WorkflowHandle[T]: ...
+
+    @overload
+    async def start(
+        self, kind: str, workflow: str, input: object = None
+    ) -> WorkflowHandle[object]: ...
+
     async def start(
         self, kind: Kind[Any, T] | str, workflow: str, input: object = None
-    ) -> WorkflowHandle[T]:
+    ) -> WorkflowHandle[Any]:
         """Start ``workflow`` as ``kind`` on ``input``, and return its handle.
 
         With a ``Kind``, its parser checks ``input`` first, and ``InputRefused`` means nothing
