@@ -159,3 +159,15 @@ def _append_line(path: str, line: str) -> None:
         lines.write(line + "\n")
         lines.flush()
         os.fsync(lines.fileno())
+
+
+@workflows.kind("slow_charge")
+async def slow_charge(run: Run[Any], _: object) -> str:
+    """A step that stays in flight for an hour: what `durable show` names while it runs."""
+
+    async def charging() -> str:
+        log.warning("charging %s", run.workflow)
+        await asyncio.sleep(NAP.total_seconds())
+        return "charged"
+
+    return await run.step("charge", charging, as_text)

@@ -15,9 +15,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from durable.cli import status_line
+from durable.interfaces import Entry, Failure, Status, WorkflowStatus
 
 HERE = Path(__file__).resolve().parent
 PATIENCE = 60.0
@@ -594,3 +597,123 @@ def test_a_worker_serving_a_registry_starts_and_names_itself(workers: list[Worke
     line = worker.wait_for("worker: cli_bodies:workflows as box-7 on memory://")
     assert "8 at once" in line
     assert worker.stop() == 0, "".join(worker.log)
+
+
+# --- the status line, for each status (design §2.5) ------------------------------------
+
+
+def _status(status: str, **fields: object) -> WorkflowStatus:
+    base: dict[str, object] = {
+        "workflow": "o-1",
+        "status": Status(status),
+        "kind": "payout",
+        "attempts": 1,
+        "updated_at": datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC),
+    }
+    return WorkflowStatus(**{**base, **fields})  # type: ignore[arg-type]
+
+
+NOW = datetime(2026, 1, 1, 12, 4, 0, tzinfo=UTC)
+SINCE = datetime(2026, 1, 1, 12, 3, 4, tzinfo=UTC)
+DECLINED = Failure("ValueError", "card declined\nat the gateway", "Traceback ...", 5)
+
+
+@pytest.mark.parametrize(
+    ("st", "history", "due", "line"),
+    [
+        (_status("ready"), (), False, "ready since 2026-01-01 12:00:00 UTC"),
+        (
+            _status(
+                "running",
+                owner="host:4242",
+                token=7,
+                since=SINCE,
+                step="charge",
+                until=NOW + timedelta(seconds=20),
+            ),
+            (),
+            False,
+            "running step 'charge' on host:4242 (pass 7) since 2026-01-01 12:03:04 UTC",
+        ),
+        (
+            _status(
+                "running",
+                owner="host:4242",
+                token=7,
+                since=SINCE,
+                until=NOW + timedelta(seconds=20),
+            ),
+            (Entry("reserve", 1, SINCE),),
+            False,
+            "running on host:4242 (pass 7) since 2026-01-01 12:03:04 UTC, after step 'reserve'",
+        ),
+        (
+            _status(
+                "running",
+                owner="host:4242",
+                token=7,
+                since=SINCE,
+                until=datetime(2026, 1, 1, 12, 3, 34, tzinfo=UTC),
+            ),
+            (),
+            False,
+            "running on host:4242 (pass 7) since 2026-01-01 12:03:04 UTC; silent since "
+            "2026-01-01 12:03:34 UTC, presumed dead (it will be retried)",
+        ),
+        (
+            _status("sleeping", until=datetime(2026, 1, 1, 12, 5, tzinfo=UTC)),
+            (),
+            True,
+            "sleeping until 2026-01-01 12:05:00 UTC",
+        ),
+        (
+            _status(
+                "sleeping",
+                until=datetime(2026, 1, 1, 12, 5, 2, tzinfo=UTC),
+                failure=Failure("ValueError", "card declined", "", 2),
+            ),
+            (),
+            False,
+            "retrying at 2026-01-01 12:05:02 UTC after attempt 2: ValueError: card declined",
+        ),
+        (_status("blocked", keys=("approval",)), (), False, "blocked on approval"),
+        (
+            _status("blocked", keys=("approval", "payment")),
+            (),
+            True,
+            "blocked on approval, payment (a value arrived; waiting for a worker)",
+        ),
+        (_status("finished", value={"paid": 120}), (), False, 'finished: {"paid": 120}'),
+        (
+            _status("finished", value="x" * 200),
+            (),
+            False,
+            'finished: "' + "x" * 76 + "...",
+        ),
+        (
+            _status("failed", attempts=5, failure=DECLINED),
+            (),
+            False,
+            "failed after 5 attempts: ValueError: card declined",
+        ),
+        (
+            _status("failed", attempts=1, failure=Failure("durable.PassLost", "gone", "", 1)),
+            (),
+            False,
+            "failed after 1 attempt: durable.PassLost: gone",
+        ),
+        (
+            _status("cancelled", updated_at=datetime(2026, 1, 1, 12, 7, tzinfo=UTC)),
+            (),
+            False,
+            "cancelled at 2026-01-01 12:07:00 UTC",
+        ),
+    ],
+    ids=lambda value: value.status.value if isinstance(value, WorkflowStatus) else "",
+)
+def test_the_status_line_says_where_a_workflow_is_in_one_line(
+    st: WorkflowStatus, history: tuple[Entry, ...], due: bool, line: str
+) -> None:
+    shown = status_line(st, history, due, now=NOW)
+    assert shown == line
+    assert "\n" not in shown

@@ -806,3 +806,27 @@ def test_a_body_that_kills_its_worker_fails_after_max_attempts_passes_each_run_o
     assert status["attempts"] == 3
     assert deaths == 3
     assert len(lines.read_text().splitlines()) == 3, lines.read_text()
+
+
+def test_show_names_the_step_in_flight_the_worker_and_the_pass_of_a_running_workflow(
+    cli: Cli, lifecycle_store: Store, workers: list[Worker]
+) -> None:
+    """The issue's "running step 'charge' on host:pid since 12:03:04": the step is the one
+    the pass named at its last renewal (every third of --liveness), the worker is --name."""
+    url = lifecycle_store.url
+    options = ("--name", "box-7", "--liveness", "1.5", "--grace", "0.5", *FAST)
+    worker = cli.worker(url, "cli_bodies:workflows", *options)
+    workers.append(worker)
+    cli.ok("start", url, "slow_charge", "o-1")
+    worker.wait_for("charging o-1")
+    time.sleep(1.2)  # at least one renewal, every 0.5 s, since the step began
+    line = cli.ok("show", url, "o-1").splitlines()[0]
+    status = cli.show(lifecycle_store, "o-1")["status"]
+    assert worker.stop() == 0, "".join(worker.log)
+
+    assert line.startswith("running step 'charge' on box-7 (pass "), line
+    assert " since 20" in line
+    assert "presumed dead" not in line
+    assert status["status"] == "running"
+    assert (status["owner"], status["step"], status["attempts"]) == ("box-7", "charge", 1)
+    assert f"(pass {status['token']})" in line
