@@ -22,13 +22,18 @@ from typing import Any
 from durable.boundary import check_duration, check_key, check_workflow
 from durable.clock import SystemClock
 from durable.codec import encode_value
+from durable.durable import SplitDurable
 from durable.interfaces import (
     INBOX_PREFIX,
     SENT_PREFIX,
+    Admitted,
+    Began,
     Delivery,
+    Entry,
     Fenced,
     Pass,
     Recorded,
+    Status,
     inbox_key,
 )
 from durable.memory import (
@@ -244,6 +249,101 @@ class AcceptsControlCharacters(MemoryCheckpointer):
         return self._supply_now(workflow, key, encoded)
 
 
+# -- lifecycles that break one rule each --------------------------------------------------
+
+
+class StaleOutcome(MemoryCheckpointer):
+    """settle writes whatever token the pass carries (a status UPDATE without the claim's
+    token in its WHERE)."""
+
+    def _fence(self, holder: Pass, doing: str) -> _Claim:
+        if doing.startswith("settle"):
+            claim = self._claims.get(holder.workflow)
+            return claim if claim is not None else _Claim(holder.token)
+        return super()._fence(holder, doing)
+
+
+class IndexMissesRunning(MemoryCheckpointer):
+    """The status index is not told when a workflow starts running: the row moves, the
+    index entry stays where it was (a second write that a crash, or a bug, skipped)."""
+
+    def _move(self, workflow: str, old: Status | None, new: Status | None) -> None:
+        if new is Status.RUNNING:
+            return
+        super()._move(workflow, old, new)
+
+
+class RacyStart(MemoryCheckpointer):
+    """admit reads whether the workflow exists, then inserts it, in two round trips."""
+
+    async def admit(
+        self, workflow: str, kind: str, input: object, *, queue: str = "default"
+    ) -> Admitted:
+        check_workflow(workflow)
+        encoded = encode_value(self.codec, input, workflow=workflow, key="<input>")
+        await asyncio.sleep(0)
+        if self._lives.get(workflow) is not None:
+            return self._admit_now(workflow, kind, encoded, queue)
+        await asyncio.sleep(0)  # the gap between reading and inserting
+        self._lives.pop(workflow, None)
+        return self._admit_now(workflow, kind, encoded, queue)
+
+
+class CountsAtSettle(MemoryCheckpointer):
+    """begin reports the attempt it is (the stored count plus one) but does not write it;
+    the count lands only when the pass settles, with the number the worker hands it. A pass
+    whose process dies never settles, so it is never counted and a crash loop never ends."""
+
+    def _begin_now(
+        self, workflow: str, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        began = super()._begin_now(workflow, liveness, budget, owner)
+        if began is not None and began.holder is not None:
+            self._lives[workflow].attempts -= 1
+        return began
+
+
+class NoLifecycle:
+    """A third party's checkpointer as it was before lifecycle: the Checkpointer methods
+    and ``workflows``, delegated to a memory store, and nothing more."""
+
+    def __init__(self, **options: Any) -> None:
+        self.inner = MemoryCheckpointer(**options)
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        return await self.inner.load(workflow)
+
+    async def history(self, workflow: str) -> list[Entry]:
+        return await self.inner.history(workflow)
+
+    async def workflows(self, limit: int | None = None) -> list[str]:
+        return await self.inner.workflows(limit)
+
+    async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
+        return await self.inner.claim(workflow, liveness=liveness, budget=budget)
+
+    async def renew(self, holder: Pass) -> Pass:
+        return await self.inner.renew(holder)
+
+    async def release(self, holder: Pass) -> None:
+        await self.inner.release(holder)
+
+    async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        return await self.inner.record(holder, key, value)
+
+    async def transact(self, holder: Pass, key: str, effect: MemoryEffect) -> Recorded:
+        return await self.inner.transact(holder, key, effect)
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        return await self.inner.supply(workflow, key, value)
+
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        return await self.inner.append(workflow, value, message_id=message_id)
+
+    async def discard(self, workflow: str) -> None:
+        await self.inner.discard(workflow)
+
+
 # -- schedulers that break one rule each ---------------------------------------------------
 
 
@@ -299,14 +399,16 @@ class Broken:
         self.hangs = hangs
         self.breaks = breaks
 
-    def build(self, **options: Any) -> MemoryDurable:
+    def build(self, **options: Any) -> Any:
         clock = options.get("clock") or SystemClock()
         checkpointer = self.checkpointer(codec=options.get("codec"), clock=clock)
         scheduler = self.scheduler(lease=options.get("lease", timedelta(seconds=30)), clock=clock)
+        if isinstance(checkpointer, NoLifecycle):
+            return SplitDurable(checkpointer, scheduler)
         return MemoryDurable(checkpointer, scheduler)
 
     @asynccontextmanager
-    async def open(self, url: str, **options: Any) -> AsyncIterator[MemoryDurable]:
+    async def open(self, url: str, **options: Any) -> AsyncIterator[Any]:
         yield self.build(**options)
 
     @asynccontextmanager
@@ -318,13 +420,15 @@ class Broken:
         durable = self.build(**options)
 
         @asynccontextmanager
-        async def reopen() -> AsyncIterator[MemoryDurable]:
-            yield MemoryDurable(durable.checkpointer, durable.scheduler)
+        async def reopen() -> AsyncIterator[Any]:
+            yield type(durable)(durable.checkpointer, durable.scheduler)
 
+        inner = durable.checkpointer
+        inner = inner.inner if isinstance(inner, NoLifecycle) else inner
         yield Testbed(
             durable=durable,
             reopen=reopen,
-            probe=MemoryProbe(durable.checkpointer) if self.probe else None,
+            probe=MemoryProbe(inner) if self.probe else None,
             server=f"process memory, deliberately broken: {self.breaks}",
         )
 
@@ -387,7 +491,33 @@ ACCEPTS_CONTROL = Broken(
 )
 TWO_WINNERS = Broken("two-winners", checkpointer=TwoWinners, breaks="claim checks, then takes")
 
+STALE_OUTCOME = Broken(
+    "stale-outcome", checkpointer=StaleOutcome, breaks="settle skips the token check"
+)
+INDEX_MISSES_RUNNING = Broken(
+    "index-misses-running",
+    checkpointer=IndexMissesRunning,
+    breaks="the status index misses every move into running",
+)
+RACY_START = Broken("racy-start", checkpointer=RacyStart, breaks="admit reads, then inserts")
+COUNTS_AT_SETTLE = Broken(
+    "counts-at-settle",
+    checkpointer=CountsAtSettle,
+    breaks="counts an attempt when a failure settles, not when a pass begins",
+)
+
 # Not broken in a guarantee, but in what they say about themselves.
+NO_LIFECYCLE = Broken(
+    "no-lifecycle",
+    checkpointer=NoLifecycle,  # type: ignore[arg-type]
+    capabilities=frozenset({"transact", "enumerate"}),
+    breaks="nothing: a store from before lifecycle, not declaring it",
+)
+UNDECLARED_LIFECYCLE = Broken(
+    "undeclared-lifecycle",
+    capabilities=frozenset({"transact", "atomic-arrive", "enumerate"}),
+    breaks="implements lifecycle without declaring it",
+)
 UNDECLARED_TRANSACT = Broken(
     "undeclared-transact",
     capabilities=frozenset({"atomic-arrive", "enumerate", "lifecycle"}),

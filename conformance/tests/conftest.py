@@ -53,6 +53,12 @@ BROKEN = {
     "hook-fails": "HOOK_FAILS",
     "hangs": "HANGS",
     "nothing-more": "NOTHING_MORE",
+    "stale-outcome": "STALE_OUTCOME",
+    "index-misses-running": "INDEX_MISSES_RUNNING",
+    "racy-start": "RACY_START",
+    "counts-at-settle": "COUNTS_AT_SETTLE",
+    "no-lifecycle": "NO_LIFECYCLE",
+    "undeclared-lifecycle": "UNDECLARED_LIFECYCLE",
 }
 """Entry point name -> object in durable_broken_stores."""
 

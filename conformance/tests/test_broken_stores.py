@@ -145,6 +145,29 @@ CASES = [
         "boundary.control-characters-refused",
         "test_boundary or test_supply or test_isolation",
     ),
+    Case(
+        "stale-outcome",
+        "lifecycle.settle-is-fenced",
+        "test_lifecycle",
+        frozenset({"lifecycle.withdraw-cancels-keeps-history-and-fences"}),
+    ),
+    Case(
+        "index-misses-running",
+        "lifecycle.status-follows-every-transition",
+        "test_lifecycle",
+        frozenset(),
+    ),
+    Case(
+        "racy-start",
+        "lifecycle.admit-one-winner-under-concurrency",
+        "test_lifecycle_admit or test_lifecycle_concurrent or test_durable_start",
+    ),
+    Case(
+        "counts-at-settle",
+        "lifecycle.attempts-survive-a-lost-pass",
+        "test_lifecycle or test_worker",
+        frozenset({"worker.lost-passes-count", "lifecycle.begin-claims-counts-and-marks-running"}),
+    ),
 ]
 
 
@@ -182,3 +205,47 @@ def test_the_ten_named_in_the_issue_are_all_here() -> None:
     }
     assert named <= {c.store for c in CASES}
     assert len({c.breaks for c in CASES}) == len(CASES), "two broken stores break one thing"
+
+
+def lifecycle_rows(report: dict[str, Any], store: str) -> dict[str, str | None]:
+    return {
+        r["id"]: r["outcomes"][store]
+        for r in report["requirements"]
+        if r["capability"] == "lifecycle"
+    }
+
+
+def test_a_store_without_lifecycle_is_reported_not_offered_and_fails_nothing(
+    project: Any,
+) -> None:
+    """A checkpointer written before lifecycle (the Checkpointer methods and nothing more)
+    has every lifecycle requirement reported not offered, and passes everything else it
+    owes, its worker running bare bodies as before."""
+    result, report = project.certify(
+        "--durable-store=no-lifecycle",
+        "-k",
+        "test_lifecycle or test_worker or test_durable or test_capabilities",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    rows = lifecycle_rows(report, "no-lifecycle")
+    assert len(rows) >= 25, sorted(rows)
+    assert set(rows.values()) == {"not offered"}, rows
+    found = project.outcomes(report, "no-lifecycle")
+    assert "failed" not in found.values()
+    assert found["capabilities.lifecycle-as-declared"] == "passed"
+    assert found["worker.retries-a-failure"] == "passed"
+    entry = report["stores"]["no-lifecycle"]
+    assert not [w for w in entry["warnings"] if "Lifecycle" in w], entry["warnings"]
+
+
+def test_a_store_implementing_lifecycle_without_declaring_it_is_warned(project: Any) -> None:
+    """Lifecycle implemented but not declared: not offered, never failed, and warned."""
+    result, report = project.certify(
+        "--durable-store=undeclared-lifecycle", "-k", "test_lifecycle or test_capabilities"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    rows = lifecycle_rows(report, "undeclared-lifecycle")
+    assert {o for r, o in rows.items() if r.startswith("lifecycle.")} == {"not offered"}
+    entry = report["stores"]["undeclared-lifecycle"]
+    assert any("implements Lifecycle" in w for w in entry["warnings"]), entry["warnings"]
+    result.stdout.fnmatch_lines(["    warning: its checkpointer implements Lifecycle *"])

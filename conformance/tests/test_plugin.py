@@ -58,7 +58,7 @@ def test_the_json_report_names_versions_stores_and_every_test(project: Any) -> N
     third_party = report["stores"]["nothing-more"]
     assert third_party["distribution"] == "durable-broken-stores"
     assert third_party["version"] == "0.0.1"
-    assert third_party["capabilities"] == ["atomic-arrive", "enumerate", "transact"]
+    assert third_party["capabilities"] == ["atomic-arrive", "enumerate", "lifecycle", "transact"]
     assert third_party["server"].startswith("process memory")
     assert third_party["certified"] is False
     assert third_party["complete"] is False

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,12 +16,28 @@ from typing import Any
 import pytest
 from durable.clock import ManualClock
 from durable.durable import SplitDurable
-from durable.interfaces import Delivery, Durable, Entry, Pass, Recorded, StoreUnavailable
+from durable.interfaces import (
+    Began,
+    Delivery,
+    Durable,
+    Entry,
+    LifecycleNotOffered,
+    Pass,
+    Recorded,
+    Settlement,
+    Status,
+    StoreUnavailable,
+    WorkflowStatus,
+)
 from durable.memory import MemoryCheckpointer, MemoryDurable, MemoryScheduler
+from durable.parsers import exactly
+from durable.policy import RetryPolicy
 from durable.run import DEFAULT_LIVENESS, Run, resume
 from durable.worker import work
+from durable.workflows import Kind, WorkflowFailed, Workflows
 
 WORKFLOW = "wf-payout-1"
+LONG = timedelta(minutes=10)
 POLL = timedelta(milliseconds=10)
 QUICK: dict[str, Any] = {"poll": POLL, "tick": POLL}
 
@@ -137,7 +155,9 @@ def plain(inner: MemoryCheckpointer, scheduler: MemoryScheduler) -> SplitDurable
 
 @contextlib.asynccontextmanager
 async def working(
-    durable: Durable[Any], body: Callable[[Run[Any]], Awaitable[object]], **options: Any
+    durable: Durable[Any],
+    body: Callable[[Run[Any]], Awaitable[object]] | Workflows | Kind[Any, Any],
+    **options: Any,
 ) -> AsyncIterator[asyncio.Task[None]]:
     worker = asyncio.ensure_future(work(durable, body, **{**QUICK, **options}))
     try:
@@ -399,6 +419,20 @@ class CutCheckpointer(MemoryCheckpointer):
     async def release(self, holder: Pass) -> None:
         self.switch.reach("release")
         await super().release(holder)
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        self.switch.reach("begin")
+        return await super().begin(workflow, liveness=liveness, budget=budget, owner=owner)
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        self.switch.reach("beat")
+        return await super().beat(holder, step)
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        self.switch.reach("settle")
+        await super().settle(holder, settlement)
 
 
 class CutScheduler(Spy):
@@ -949,3 +983,375 @@ async def test_work_refuses_a_pool_of_fewer_than_one(limit: int) -> None:
     with pytest.raises(ValueError, match="limit"):
         await asyncio.wait_for(work(durable, body, limit=limit), 1)
     assert spy.calls == []
+
+
+# -- workflows by kind: attempts, backoff and the outcome --------------------------------
+
+
+def exact(**policy: Any) -> RetryPolicy:
+    """A policy without jitter, so a test knows every wait to the microsecond."""
+    return RetryPolicy(**{"jitter": 0.0, **policy})
+
+
+async def status_of(durable: MemoryDurable, workflow: str = WORKFLOW) -> WorkflowStatus:
+    found = await durable.checkpointer.status(workflow)
+    assert found is not None, f"{workflow!r} has no status"
+    return found
+
+
+async def test_a_failing_kind_backs_off_by_its_policy_and_fails_with_the_last_error(
+    clock: ManualClock,
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout", policy=exact(max_attempts=3, initial=timedelta(seconds=2)))
+    async def payout(run: Run[Any], order: object) -> None:
+        nonlocal runs
+        runs += 1
+        raise ValueError(f"card declined ({runs})")
+
+    await durable.start(payout, WORKFLOW, {"amount": 5})
+    async with working(durable, registry, clock=clock):
+        for attempt, wait in ((1, 2), (2, 4)):
+            assert (await spy.answer())[0::2] == ("wake_at", clock.now() + timedelta(seconds=wait))
+            st = await status_of(durable)
+            assert (st.status, st.attempts) == (Status.SLEEPING, attempt)
+            assert st.failure is not None
+            assert str(st.failure) == f"ValueError: card declined ({attempt})"
+            assert st.until == clock.now() + timedelta(seconds=wait)
+            assert await durable.checkpointer.claimed(WORKFLOW) is None
+            clock.advance(timedelta(seconds=wait))
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert (st.status, st.attempts, runs) == (Status.FAILED, 3, 3)
+    assert st.failure is not None
+    assert (st.failure.type, st.failure.message, st.failure.attempts) == (
+        "ValueError",
+        "card declined (3)",
+        3,
+    )
+    with pytest.raises(WorkflowFailed, match="failed after 3 attempts: ValueError: card declined"):
+        await durable.handle(WORKFLOW).result()
+
+
+async def test_the_jitter_source_is_the_workers_random(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+
+    @registry.kind("payout", policy=RetryPolicy(initial=timedelta(seconds=10), jitter=0.5))
+    async def payout(run: Run[Any], order: object) -> None:
+        raise ValueError("declined")
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock, random=lambda: 1.0):
+        assert (await spy.answer())[0::2] == ("wake_at", clock.now() + timedelta(seconds=5))
+
+
+async def test_passes_lost_to_crashes_are_counted_and_end_as_pass_lost(clock: ManualClock) -> None:
+    """A pass begun and never settled is counted by its begin alone, so a crash loop ends
+    after max_attempts deaths, without the body running again."""
+    durable, spy = spied(clock)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout", policy=exact(max_attempts=3))
+    async def payout(run: Run[Any], order: object) -> None:
+        nonlocal runs
+        runs += 1
+
+    await durable.start(payout, WORKFLOW)
+    liveness = timedelta(seconds=30)
+    for death in range(1, 4):
+        began = await durable.checkpointer.begin(
+            WORKFLOW, liveness=liveness, budget=LONG, owner=f"host:{death}"
+        )
+        assert began is not None
+        assert began.attempts == death
+        assert began.lost == (f"host:{death - 1}" if death > 1 else None)
+        clock.advance(liveness)  # the process died: nobody renews or settles
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    assert runs == 0
+    st = await status_of(durable)
+    assert st.failure is not None
+    assert (st.status, st.attempts, st.failure.type, st.failure.attempts) == (
+        Status.FAILED,
+        3,
+        "durable.PassLost",
+        3,
+    )
+    assert st.failure.message == (
+        "attempt 3 of 3 never ended (it ran on host:3): its process died or stalled past its "
+        "liveness"
+    )
+
+
+async def test_an_outage_in_a_pass_gives_its_attempt_back(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    retry = timedelta(seconds=7)
+    runs = 0
+
+    @registry.kind("payout", policy=exact(max_attempts=1))
+    async def payout(run: Run[Any], order: object) -> str:
+        nonlocal runs
+        runs += 1
+        if runs < 3:
+            raise StoreUnavailable("the server went away")
+        return "paid"
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock, retry=retry):
+        for _ in range(2):
+            assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+            st = await status_of(durable)
+            assert (st.status, st.attempts) == (Status.SLEEPING, 0)
+            clock.advance(retry)
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert (st.status, st.attempts, st.value) == (Status.FINISHED, 1, "paid")
+
+
+async def test_a_pass_fenced_by_its_budget_gives_its_attempt_back(clock: ManualClock) -> None:
+    durable, spy = spied(clock, lease=timedelta(hours=1))
+    registry = Workflows()
+    retry = timedelta(seconds=5)
+    stuck = asyncio.Event()
+
+    @registry.kind("payout", policy=exact(max_attempts=1))
+    async def payout(run: Run[Any], order: object) -> None:
+        stuck.set()
+        await asyncio.Event().wait()
+
+    await durable.start(payout, WORKFLOW)
+    options = {"liveness": timedelta(seconds=0.06), "budget": timedelta(minutes=1)}
+    async with working(durable, registry, clock=clock, retry=retry, **options):
+        await asyncio.wait_for(stuck.wait(), 2)
+        clock.advance(timedelta(minutes=2))  # the budget is spent; the next beat is refused
+        assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+    st = await status_of(durable)
+    assert (st.status, st.attempts) == (Status.SLEEPING, 0)
+
+
+async def test_the_running_status_names_the_worker_and_the_step_in_flight(
+    clock: ManualClock,
+) -> None:
+    durable, _ = spied(clock)
+    registry = Workflows()
+    charging = asyncio.Event()
+    release = asyncio.Event()
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        async def charge() -> str:
+            charging.set()
+            await release.wait()
+            return "ch-1"
+
+        return await run.step("charge", charge, exactly(str))
+
+    await durable.start(payout, WORKFLOW)
+    async with working(
+        durable, registry, clock=clock, name="host-a:4242", liveness=timedelta(seconds=0.06)
+    ):
+        await asyncio.wait_for(charging.wait(), 2)
+        await eventually(lambda: durable.checkpointer._lives[WORKFLOW].step == "charge")
+        st = await status_of(durable)
+        assert (st.status, st.owner, st.step, st.attempts) == (
+            Status.RUNNING,
+            "host-a:4242",
+            "charge",
+            1,
+        )
+        release.set()
+        assert await durable.handle(WORKFLOW).result(timeout=2) == "ch-1"
+
+
+async def test_a_kind_this_worker_does_not_serve_is_deferred_not_failed(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    retry = timedelta(seconds=5)
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> None:
+        return None
+
+    await durable.start("invoice", "inv-1")
+    await durable.start("invoice", "inv-2")
+    with caplog.at_level(logging.WARNING, logger="durable.worker"):
+        async with working(durable, registry, clock=clock, retry=retry):
+            for _ in range(2):
+                assert (await spy.answer())[0::2] == ("wake_at", clock.now() + retry)
+    for workflow in ("inv-1", "inv-2"):
+        st = await status_of(durable, workflow)
+        assert (st.status, st.attempts, st.kind) == (Status.SLEEPING, 0, "invoice")
+    warned = [r for r in worker_records(caplog) if "kind 'invoice'" in r.getMessage()]
+    assert len(warned) == 1, "the unserved kind was warned about more than once"
+    assert "this worker serves payout" in warned[0].getMessage()
+
+
+async def test_a_workflow_without_a_kind_runs_as_the_registrys_default(
+    clock: ManualClock,
+) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        return await run.receive("order", exactly(str))
+
+    await durable.send(WORKFLOW, "o-1")
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert (st.status, st.kind, st.value) == (Status.FINISHED, None, "o-1")
+
+
+async def test_an_input_the_kind_refuses_fails_the_workflow_at_once(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout", input=exactly(int))
+    async def payout(run: Run[Any], amount: int) -> int:
+        nonlocal runs
+        runs += 1
+        return amount
+
+    await durable.start("payout", WORKFLOW, "a lot")  # by name: nothing parsed it
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert st.failure is not None
+    assert (st.status, st.failure.type, runs) == (Status.FAILED, "durable.run.ParseFailed", 0)
+    assert "expected int, got str 'a lot'" in st.failure.message
+
+
+async def test_a_value_the_store_cannot_keep_is_the_bodys_failure(clock: ManualClock) -> None:
+    durable, spy = spied(clock)
+    registry = Workflows()
+
+    @registry.kind("payout", policy=exact(max_attempts=1))
+    async def payout(run: Run[Any], order: object) -> object:
+        return object()
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock):
+        assert (await spy.answer())[0] == "done"
+    st = await status_of(durable)
+    assert st.failure is not None
+    assert (st.status, st.failure.type) == (Status.FAILED, "durable.codec.UnencodableValue")
+
+
+async def test_the_outcome_lands_before_the_answer_so_a_lost_answer_runs_nothing_again(
+    clock: ManualClock,
+) -> None:
+    """Truth before queue: an answer lost to an outage leaves the delivery out, and the pass
+    that takes it next finds the workflow finished and only answers for it."""
+    switch = Switch()  # the scheduler's alone: the checkpointer stays up
+    spy = CutScheduler(switch, clock=clock)
+    durable = MemoryDurable(MemoryCheckpointer(clock=clock), spy)
+    registry = Workflows()
+    runs = 0
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            switch.down = True  # the scheduler's server goes away before the answer
+        return "paid"
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry, clock=clock):
+        await eventually(lambda: "done" in switch.refused)
+        assert (await status_of(durable)).status == Status.FINISHED
+        switch.down = False
+        clock.advance(spy.lease)
+        assert (await spy.answer())[0] == "done"
+    assert runs == 1
+
+
+async def test_a_registry_on_a_store_without_lifecycle_is_refused_before_any_work() -> None:
+    spy = Spy()
+    with pytest.raises(LifecycleNotOffered, match="cannot run workflows by kind"):
+        await work(plain(MemoryCheckpointer(), spy), Workflows.of(noop), **QUICK)
+    assert spy.calls == []
+
+
+async def test_a_bare_body_on_a_store_without_lifecycle_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    spy = Spy()
+    with caplog.at_level(logging.WARNING, logger="durable.worker"):
+        async with working(plain(MemoryCheckpointer(), spy), noop):
+            await asyncio.sleep(0.05)
+    warned = [r for r in worker_records(caplog) if "does not offer lifecycle" in r.getMessage()]
+    assert len(warned) == 1
+    assert "retried every 0:00:05 without bound" in warned[0].getMessage()
+
+
+async def noop(run: Run[Any]) -> None:
+    return None
+
+
+async def test_a_worker_is_named_after_its_host_and_process_by_default() -> None:
+    durable = MemoryDurable()
+    registry = Workflows()
+    running = asyncio.Event()
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> None:
+        running.set()
+        await asyncio.Event().wait()
+
+    await durable.start(payout, WORKFLOW)
+    async with working(durable, registry):
+        await asyncio.wait_for(running.wait(), 2)
+        assert (await status_of(durable)).owner == f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def test_an_outage_that_outlasts_the_pass_costs_that_attempt_and_no_more(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store goes away mid-pass and stays away through the settle that would give the
+    attempt back: the delivery stays out, the pass stays counted (its claim lapses as a dead
+    pass's would), and the next pass, once the store is back, says so and finishes."""
+    durable, spy, switch = cuttable(clock)
+    registry = Workflows()
+    midway, go_on = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    @registry.kind("payout")
+    async def payout(run: Run[Any], order: object) -> str:
+        nonlocal runs
+        runs += 1
+        reserved = await run.step("reserve", lambda: "r-1", exactly(str))
+        if runs == 1:
+            midway.set()
+            await go_on.wait()
+        return await run.step("pay", lambda: f"{reserved}/paid", exactly(str))
+
+    await durable.start(payout, WORKFLOW)
+    with caplog.at_level(logging.INFO, logger="durable.worker"):
+        async with working(durable, registry, clock=clock):
+            await asyncio.wait_for(midway.wait(), 2)
+            switch.down = True
+            go_on.set()
+            await eventually(lambda: "settle" in switch.refused)
+            await asyncio.sleep(0.05)
+            assert spy.answers == []
+            switch.down = False
+            clock.advance(max(spy.lease, DEFAULT_LIVENESS))
+            assert (await spy.answer())[0] == "done"
+    assert runs == 2
+    st = await status_of(durable)
+    assert (st.status, st.attempts, st.value) == (Status.FINISHED, 2, "r-1/paid")
+    messages = [r.getMessage() for r in worker_records(caplog)]
+    assert any("gives its attempt back" in m for m in messages), messages
+    assert any("never ended; attempt 2 of 10" in m for m in messages), messages
+    assert not [m for m in messages if "failed" in m and "attempt" in m and "of 10 failed" in m]

@@ -133,21 +133,30 @@ class _Outage:
         self._interrupted: list[str] = []
         self._random = random.Random()
 
-    def failed(self, doing: str, error: BaseException, *, workflow: str | None = None) -> float:
+    def failed(
+        self,
+        doing: str,
+        error: BaseException,
+        *,
+        workflow: str | None = None,
+        then: str | None = None,
+    ) -> float:
         """Note that ``doing`` failed because the store is unreachable; returns how long the
         caller should wait before trying again. ``workflow`` names a pass the outage cut
-        short (its delivery is left outstanding)."""
+        short (its delivery is left outstanding); ``then`` says what happens next instead,
+        for a caller that does something else."""
         now = time.monotonic()
         self._failures += 1
         if workflow is not None and workflow not in self._interrupted:
             self._interrupted.append(workflow)
         wait = self._step * self._random.uniform(0.5, 1.0)
-        then = (
-            f"the pass stops and its delivery stays out until the queue hands it out again "
-            f"(after the delivery lease, {self.lease.total_seconds():g}s)"
-            if workflow is not None
-            else f"next try in {wait:.1f}s"
-        )
+        if then is None:
+            then = (
+                f"the pass stops and its delivery stays out until the queue hands it out again "
+                f"(after the delivery lease, {self.lease.total_seconds():g}s)"
+                if workflow is not None
+                else f"next try in {wait:.1f}s"
+            )
         if self.since is None:
             self.since = now
             self._failures = 1
@@ -428,7 +437,11 @@ async def _answer_lifecycle(
         return
     except Exception as error:
         if _is_outage(error):
-            outage.failed(f"running workflow {workflow!r}", error, workflow=workflow)
+            outage.failed(
+                f"running workflow {workflow!r}",
+                error,
+                then=f"the pass stops, gives its attempt back and is retried in {retry}",
+            )
             # Give the attempt back if the store answers; if it does not, the delivery stays
             # out and the attempt stays counted, the one an outage longer than the pass's
             # liveness can cost.
@@ -668,14 +681,14 @@ async def work(
     """
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive number of passes, got {limit!r}")
-    for name, value in (
+    for timing, value in (
         ("liveness", liveness),
         ("budget", budget),
         ("poll", poll),
         ("tick", tick),
         ("retry", retry),
     ):
-        check_duration(name, value)
+        check_duration(timing, value)
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"a worker's name is a non-empty str, got {name!r}")
     owner = name if name is not None else f"{socket.gethostname()}:{os.getpid()}"
