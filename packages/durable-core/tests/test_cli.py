@@ -717,3 +717,62 @@ def test_the_status_line_says_where_a_workflow_is_in_one_line(
     shown = status_line(st, history, due, now=NOW)
     assert shown == line
     assert "\n" not in shown
+
+
+# --- a store without lifecycle: what each command says -------------------------------------
+
+
+def plain(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command with a store registered under ``plain://`` that keeps records and
+    schedules passes but offers no lifecycle (``plain_store.py``), holding ``wf``."""
+    return subprocess.run(
+        [sys.executable, str(HERE / "plain_store.py"), *args],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=PATIENCE,
+        check=False,
+    )
+
+
+def test_show_on_a_store_without_lifecycle_says_so_and_shows_the_rest() -> None:
+    text = plain("show", "plain://", "wf")
+    shown = plain("show", "plain://", "wf", "--json")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == "status: this store does not offer lifecycle"
+    assert lines[1] == "workflow wf"
+    assert json.loads(shown.stdout)["status"] is None
+    assert "status" in json.loads(shown.stdout)["unreported"]
+
+
+def test_list_on_a_store_without_lifecycle_lists_bare_ids_and_refuses_a_filter() -> None:
+    listed = plain("list", "plain://")
+    filtered = plain("list", "plain://", "--status", "failed")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "wf\n"
+    assert filtered.returncode == 4, filtered.stderr
+    assert "does not offer lifecycle" in filtered.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("start", "payout", "o-1"), ("cancel", "wf"), ("retry", "wf"), ("result", "wf")],
+    ids=lambda command: command[0],
+)
+def test_a_lifecycle_command_on_a_store_without_lifecycle_exits_4_saying_so(
+    command: tuple[str, ...],
+) -> None:
+    done = plain(command[0], "plain://", *command[1:])
+    assert done.returncode == 4, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "plain:// does not offer lifecycle" in line
+
+
+def test_a_worker_serving_a_registry_on_a_store_without_lifecycle_exits_4_at_once() -> None:
+    """Kinds need the store to record which kind each workflow is; a bare body still runs
+    there (the previous path), but a registry is refused before any work is taken."""
+    done = plain("worker", "plain://", "cli_bodies:workflows")
+    assert done.returncode == 4, done.stderr
+    assert "does not offer lifecycle" in done.stderr
+    assert "Traceback" not in done.stderr
