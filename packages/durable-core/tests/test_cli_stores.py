@@ -190,12 +190,21 @@ class Worker:
         self.process.send_signal(signal.SIGTERM)
         try:
             code = self.process.wait(timeout=PATIENCE)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            self._drain()
+            raise AssertionError(
+                f"the worker did not stop within {PATIENCE:g}s of SIGTERM; its log:\n"
+                + "".join(self.log)
+            ) from None
         self.wait_for("worker: stopped")
         return code
+
+    def _drain(self) -> None:
+        """Whatever the ended worker logged that was not read yet."""
+        while (line := self._lines.get(timeout=PATIENCE)) is not None:
+            self.log.append(line)
 
 
 @pytest.fixture(scope="session")
