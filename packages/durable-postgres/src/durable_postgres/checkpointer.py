@@ -504,8 +504,11 @@ class PostgresCheckpointer:
     async def settle(self, holder: Pass, settlement: Settlement) -> None:
         """The outcome and the release, one fenced statement (``settle`` in ``statuses.sql``).
 
-        Repeatable: a settle whose answer was lost either landed (the retry is fenced by the
-        token it raised, and reads the fence to find its own outcome recorded) or did not.
+        Not retried after a lost connection: a settle that landed raised the token, so its
+        repetition would be refused as fenced and report a recorded outcome as lost. The
+        ``ConnectionLost`` (a ``StoreUnavailable``) goes to the worker, which defers the
+        delivery; the next pass finds the outcome if the settle landed (a terminal workflow
+        is never begun again) and runs the workflow again if it did not.
         """
         check_settlement(holder, settlement)
         workflow = holder.workflow
