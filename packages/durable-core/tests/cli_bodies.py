@@ -11,10 +11,13 @@ import asyncio
 import functools
 import logging
 import os
+import signal
 from datetime import timedelta
 from typing import Any
 
+from durable.policy import RetryPolicy
 from durable.run import Run
+from durable.workflows import Workflows
 
 log = logging.getLogger("cli_bodies")
 
@@ -97,3 +100,74 @@ class Greeter:
 
 
 greeter = Greeter()
+
+
+# A registry of kinds, for `durable worker cli_bodies:workflows` and `durable start
+# --workflows cli_bodies:workflows`.
+workflows = Workflows()
+
+
+def as_order(value: object) -> dict[str, int]:
+    """An order is {"amount": a positive int}; anything else is refused at start."""
+    if not isinstance(value, dict) or set(value) != {"amount"}:
+        raise ValueError(f'an order is {{"amount": N}}, got {value!r}')
+    amount = value["amount"]
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+        raise ValueError(f"an order's amount is a positive int, got {amount!r}")
+    return {"amount": amount}
+
+
+@workflows.kind("payout", input=as_order)
+async def payout(run: Run[Any], order: dict[str, int]) -> dict[str, int]:
+    """Pay an order out in one recorded step."""
+    paid = await run.step("charge", lambda: order["amount"], as_pid)
+    return {"paid": paid}
+
+
+class Declined(Exception):
+    """The card was declined: raised by every attempt of ``declined``."""
+
+
+@workflows.kind(
+    "declined",
+    policy=RetryPolicy(max_attempts=2, initial=timedelta(milliseconds=50), jitter=0.0),
+)
+async def declined(run: Run[Any], _: object) -> str:
+    raise Declined("card declined")
+
+
+def as_path(value: object) -> str:
+    if not isinstance(value, dict) or not isinstance(value.get("file"), str):
+        raise ValueError(f'expected {{"file": PATH}}, got {value!r}')
+    path: str = value["file"]
+    return path
+
+
+@workflows.kind("crash", input=as_path, policy=RetryPolicy(max_attempts=3))
+async def crash(run: Run[Any], path: str) -> str:
+    """A body whose every pass kills its own process, the way an out-of-memory kill or a
+    segfault in an extension ends a worker: one line in ``path`` per pass run, then SIGKILL.
+    Nothing in the process survives to report it, so only the attempt counted in the
+    claim's own write can end the loop."""
+    _append_line(path, f"pass by {os.getpid()}")
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+def _append_line(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as lines:
+        lines.write(line + "\n")
+        lines.flush()
+        os.fsync(lines.fileno())
+
+
+@workflows.kind("slow_charge")
+async def slow_charge(run: Run[Any], _: object) -> str:
+    """A step that stays in flight for an hour: what `durable show` names while it runs."""
+
+    async def charging() -> str:
+        log.warning("charging %s", run.workflow)
+        await asyncio.sleep(NAP.total_seconds())
+        return "charged"
+
+    return await run.step("charge", charging, as_text)

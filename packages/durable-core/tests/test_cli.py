@@ -15,9 +15,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from durable.cli import status_line
+from durable.interfaces import Entry, Failure, Status, WorkflowStatus
 
 HERE = Path(__file__).resolve().parent
 PATIENCE = 60.0
@@ -214,10 +217,11 @@ def test_show_of_an_unknown_workflow_exits_3() -> None:
     assert "no workflow 'never-started'" in done.stderr
 
 
-def test_list_on_an_enumerable_store_succeeds() -> None:
+def test_list_on_an_empty_lifecycle_store_prints_the_header_alone() -> None:
     done = durable("list", "memory://")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == ""
+    assert done.stdout.split() == ["WORKFLOW", "KIND", "STATUS", "UPDATED"]
+    assert done.stderr == ""
 
 
 def test_discard_without_a_terminal_refuses_unless_yes() -> None:
@@ -522,3 +526,255 @@ def test_a_second_signal_while_draining_stops_the_worker_at_once_leaving_the_del
     shown = json.loads(durable("show", sqlite_url, "wf-1", "--json").stdout)
     assert shown["scheduled"] is not None, "the cancelled pass's delivery is still out"
     assert "finished" not in log
+
+
+# --- the lifecycle commands (the memory store keeps nothing between commands, so each of
+# these is one command; test_cli_stores.py runs them in sequence on every real store) ------
+
+
+def test_start_prints_the_workflow_its_kind_and_its_status() -> None:
+    done = durable("start", "memory://", "payout", "o-1", '{"amount": 5}')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "started o-1 (payout): ready\n"
+
+
+def test_start_refuses_a_kind_name_a_key_could_not_hold_and_malformed_input() -> None:
+    bad_kind = durable("start", "memory://", "pay:out", "o-1")
+    bad_json = durable("start", "memory://", "payout", "o-1", "{amount: 5}")
+    assert bad_kind.returncode == 2, bad_kind.stderr
+    assert "'pay:out'" in bad_kind.stderr
+    assert bad_json.returncode == 2, bad_json.stderr
+    assert "INPUT is not valid JSON" in bad_json.stderr
+
+
+def test_start_with_a_registry_runs_the_kinds_parser_before_opening_the_store() -> None:
+    refused = durable(
+        "start",
+        "memory://",
+        "payout",
+        "o-1",
+        '{"amount": 0}',
+        "--workflows",
+        "cli_bodies:workflows",
+    )
+    accepted = durable(
+        "start",
+        "memory://",
+        "payout",
+        "o-1",
+        '{"amount": 3}',
+        "--workflows",
+        "cli_bodies:workflows",
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "kind 'payout' refused the input" in refused.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    assert accepted.stdout == "started o-1 (payout): ready\n"
+
+
+@pytest.mark.parametrize("command", ["cancel", "retry", "result"])
+def test_a_lifecycle_command_on_an_unknown_workflow_exits_3_naming_it(command: str) -> None:
+    done = durable(command, "memory://", "never-started")
+    assert done.returncode == 3, done.stderr
+    assert "'never-started'" in done.stderr
+
+
+def test_list_refuses_a_status_that_does_not_exist_naming_the_seven() -> None:
+    done = durable("list", "memory://", "--status", "sleepy")
+    assert done.returncode == 2, done.stderr
+    assert "ready" in done.stderr
+    assert "cancelled" in done.stderr
+
+
+def test_the_help_names_the_new_exit_codes() -> None:
+    done = durable("--help")
+    assert "6 refused by the workflow's state" in " ".join(done.stdout.split())
+    assert "7 the workflow failed or was cancelled" in " ".join(done.stdout.split())
+    assert "8 timed out" in done.stdout
+
+
+def test_a_worker_serving_a_registry_starts_and_names_itself(workers: list[Worker]) -> None:
+    worker = Worker("memory://", "cli_bodies:workflows", "--name", "box-7")
+    workers.append(worker)
+    line = worker.wait_for("worker: cli_bodies:workflows as box-7 on memory://")
+    assert "8 at once" in line
+    assert worker.stop() == 0, "".join(worker.log)
+
+
+# --- the status line, for each status (design §2.5) ------------------------------------
+
+
+def _status(status: str, **fields: object) -> WorkflowStatus:
+    base: dict[str, object] = {
+        "workflow": "o-1",
+        "status": Status(status),
+        "kind": "payout",
+        "attempts": 1,
+        "updated_at": datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC),
+    }
+    return WorkflowStatus(**{**base, **fields})  # type: ignore[arg-type]
+
+
+NOW = datetime(2026, 1, 1, 12, 4, 0, tzinfo=UTC)
+SINCE = datetime(2026, 1, 1, 12, 3, 4, tzinfo=UTC)
+DECLINED = Failure("ValueError", "card declined\nat the gateway", "Traceback ...", 5)
+
+
+@pytest.mark.parametrize(
+    ("st", "history", "due", "line"),
+    [
+        (_status("ready"), (), False, "ready since 2026-01-01 12:00:00 UTC"),
+        (
+            _status(
+                "running",
+                owner="host:4242",
+                token=7,
+                since=SINCE,
+                step="charge",
+                until=NOW + timedelta(seconds=20),
+            ),
+            (),
+            False,
+            "running step 'charge' on host:4242 (pass 7) since 2026-01-01 12:03:04 UTC",
+        ),
+        (
+            _status(
+                "running",
+                owner="host:4242",
+                token=7,
+                since=SINCE,
+                until=NOW + timedelta(seconds=20),
+            ),
+            (Entry("reserve", 1, SINCE),),
+            False,
+            "running on host:4242 (pass 7) since 2026-01-01 12:03:04 UTC, after step 'reserve'",
+        ),
+        (
+            _status(
+                "running",
+                owner="host:4242",
+                token=7,
+                since=SINCE,
+                until=datetime(2026, 1, 1, 12, 3, 34, tzinfo=UTC),
+            ),
+            (),
+            False,
+            "running on host:4242 (pass 7) since 2026-01-01 12:03:04 UTC; silent since "
+            "2026-01-01 12:03:34 UTC, presumed dead (it will be retried)",
+        ),
+        (
+            _status("sleeping", until=datetime(2026, 1, 1, 12, 5, tzinfo=UTC)),
+            (),
+            True,
+            "sleeping until 2026-01-01 12:05:00 UTC",
+        ),
+        (
+            _status(
+                "sleeping",
+                until=datetime(2026, 1, 1, 12, 5, 2, tzinfo=UTC),
+                failure=Failure("ValueError", "card declined", "", 2),
+            ),
+            (),
+            False,
+            "retrying at 2026-01-01 12:05:02 UTC after attempt 2: ValueError: card declined",
+        ),
+        (_status("blocked", keys=("approval",)), (), False, "blocked on approval"),
+        (
+            _status("blocked", keys=("approval", "payment")),
+            (),
+            True,
+            "blocked on approval, payment (a value arrived; waiting for a worker)",
+        ),
+        (_status("finished", value={"paid": 120}), (), False, 'finished: {"paid": 120}'),
+        (
+            _status("finished", value="x" * 200),
+            (),
+            False,
+            'finished: "' + "x" * 76 + "...",
+        ),
+        (
+            _status("failed", attempts=5, failure=DECLINED),
+            (),
+            False,
+            "failed after 5 attempts: ValueError: card declined",
+        ),
+        (
+            _status("failed", attempts=1, failure=Failure("durable.PassLost", "gone", "", 1)),
+            (),
+            False,
+            "failed after 1 attempt: durable.PassLost: gone",
+        ),
+        (
+            _status("cancelled", updated_at=datetime(2026, 1, 1, 12, 7, tzinfo=UTC)),
+            (),
+            False,
+            "cancelled at 2026-01-01 12:07:00 UTC",
+        ),
+    ],
+    ids=lambda value: value.status.value if isinstance(value, WorkflowStatus) else "",
+)
+def test_the_status_line_says_where_a_workflow_is_in_one_line(
+    st: WorkflowStatus, history: tuple[Entry, ...], due: bool, line: str
+) -> None:
+    shown = status_line(st, history, due, now=NOW)
+    assert shown == line
+    assert "\n" not in shown
+
+
+# --- a store without lifecycle: what each command says -------------------------------------
+
+
+def plain(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command with a store registered under ``plain://`` that keeps records and
+    schedules passes but offers no lifecycle (``plain_store.py``), holding ``wf``."""
+    return subprocess.run(
+        [sys.executable, str(HERE / "plain_store.py"), *args],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=PATIENCE,
+        check=False,
+    )
+
+
+def test_show_on_a_store_without_lifecycle_says_so_and_shows_the_rest() -> None:
+    text = plain("show", "plain://", "wf")
+    shown = plain("show", "plain://", "wf", "--json")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == "status: this store does not offer lifecycle"
+    assert lines[1] == "workflow wf"
+    assert json.loads(shown.stdout)["status"] is None
+    assert "status" in json.loads(shown.stdout)["unreported"]
+
+
+def test_list_on_a_store_without_lifecycle_lists_bare_ids_and_refuses_a_filter() -> None:
+    listed = plain("list", "plain://")
+    filtered = plain("list", "plain://", "--status", "failed")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "wf\n"
+    assert filtered.returncode == 4, filtered.stderr
+    assert "does not offer lifecycle" in filtered.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("start", "payout", "o-1"), ("cancel", "wf"), ("retry", "wf"), ("result", "wf")],
+    ids=lambda command: command[0],
+)
+def test_a_lifecycle_command_on_a_store_without_lifecycle_exits_4_saying_so(
+    command: tuple[str, ...],
+) -> None:
+    done = plain(command[0], "plain://", *command[1:])
+    assert done.returncode == 4, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "plain:// does not offer lifecycle" in line
+
+
+def test_a_worker_serving_a_registry_on_a_store_without_lifecycle_exits_4_at_once() -> None:
+    """Kinds need the store to record which kind each workflow is; a bare body still runs
+    there (the previous path), but a registry is refused before any work is taken."""
+    done = plain("worker", "plain://", "cli_bodies:workflows")
+    assert done.returncode == 4, done.stderr
+    assert "does not offer lifecycle" in done.stderr
+    assert "Traceback" not in done.stderr

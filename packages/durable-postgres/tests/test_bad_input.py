@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from durable import StoreError, UnencodableValue
+from durable import StoreError, StoreUnavailable, UnencodableValue
 from durable_postgres import (
     InvalidSchemaName,
     PostgresCheckpointer,
@@ -229,8 +229,10 @@ async def test_a_schema_never_migrated_is_named_with_the_call_that_creates_it(
     bed: Testbed[PostgresEffect],
 ) -> None:
     cp = PostgresCheckpointer(pg(bed).pool, schema="durable_not_migrated")
-    with pytest.raises(SchemaMissing, match=r"migrate\(pool, schema='durable_not_migrated'\)"):
+    with pytest.raises(SchemaMissing, match=r"migrate\(pool, schema='durable_not_migrated'\)") as e:
         await cp.load("wf")
+    # An outage to a worker, never a failed attempt of the workflow it was running.
+    assert isinstance(e.value, StoreUnavailable)
 
 
 async def test_a_durable_over_two_pools_is_refused_at_construction(
@@ -246,8 +248,9 @@ async def test_a_store_used_after_its_block_says_so(bed: Testbed[PostgresEffect]
     assert bed.url is not None
     async with open_postgres(bed.url) as store:
         pass
-    with pytest.raises(StoreClosed, match="pool is closed"):
+    with pytest.raises(StoreClosed, match="pool is closed") as e:
         await store.checkpointer.load("wf")
+    assert isinstance(e.value, StoreUnavailable)
 
 
 # -- values the column cannot hold ------------------------------------------------------

@@ -32,7 +32,7 @@ def test_the_plugin_is_found_by_name_and_both_schemes() -> None:
     assert plugin.schemes == ("postgresql", "postgres")
     assert durable.plugins.for_url("postgres://h/db") is plugin
     assert durable.plugins.for_url("postgresql://h/db") is plugin
-    assert plugin.capabilities == {"transact", "atomic-arrive", "enumerate"}
+    assert plugin.capabilities == {"transact", "atomic-arrive", "enumerate", "lifecycle"}
     assert plugin.distribution == "durable-postgres"
     assert plugin.version is not None
 

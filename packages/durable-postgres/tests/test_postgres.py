@@ -259,11 +259,11 @@ async def test_migrate_raced_by_eight_processes_creates_the_schema_once(server: 
             cursor = await conn.execute(
                 "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
             )
-            assert await cursor.fetchone() == (4,)
+            assert await cursor.fetchone() == (5,)
             cursor = await conn.execute(
                 f'SELECT version FROM "{schema}".workflow_schema_version'.encode()
             )
-            assert await cursor.fetchall() == [(1,)]
+            assert await cursor.fetchall() == [(2,)]
     finally:
         conninfo, _ = PostgresOptions.read(server, {})
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:

@@ -12,8 +12,13 @@ of failure it was:
 1     the store failed or could not be reached
 2     bad usage or input: unknown store scheme, malformed URL or JSON, bad MODULE:BODY
 3     no such workflow in this store
-4     this store cannot do that (``list`` on a store without ``enumerate``)
+4     this store cannot do that (``list`` on a store without ``enumerate``, ``start`` on
+      one without ``lifecycle``)
 5     refused at the confirmation prompt
+6     refused by the workflow's state: ``start`` of an id started with another kind or
+      input, ``retry`` of a workflow that is neither failed nor cancelled
+7     ``result`` of a workflow that failed or was cancelled (its status line on stderr)
+8     ``result`` timed out (``--timeout``) before the workflow settled
 ====  =====================================================================
 """
 
@@ -31,23 +36,47 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TextIO
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import durable
-from durable.interfaces import Durable, Enumerable, Inspectable, Observable, StoreUnavailable
+from durable.interfaces import (
+    Durable,
+    Entry,
+    Enumerable,
+    Inspectable,
+    LifecycleNotOffered,
+    NotRetryable,
+    Observable,
+    StartConflict,
+    Status,
+    StoreUnavailable,
+    UnknownWorkflow,
+    WorkflowStatus,
+)
 from durable.plugins import UnknownStore, broken_stores
+from durable.workflows import (
+    Kind,
+    LifecycleDurable,
+    WorkflowCancelled,
+    WorkflowFailed,
+    Workflows,
+)
 
 __all__ = ["STORE_VARIABLE", "main"]
 
 OK, FAILED, USAGE, NOT_FOUND, UNSUPPORTED, DECLINED = 0, 1, 2, 3, 4, 5
+REFUSED, UNSUCCESSFUL, TIMED_OUT = 6, 7, 8
 
 STORE_VARIABLE = "DURABLE_STORE"
 """The environment variable that supplies the store URL when a command is given none."""
 
 SHOWN = 200
 """How many characters of a value ``show`` prints before cutting it (``--full`` prints all)."""
+
+IN_A_LINE = 80
+"""How many characters of a finished workflow's value its status line shows."""
 
 BACKOFF_FIRST, BACKOFF_CAP = 0.5, 30.0
 """Seconds a worker waits before its first retry to open an unreachable store, and at most."""
@@ -165,10 +194,17 @@ def _why_not_a_body(target: object) -> str | None:
     return None
 
 
-SERVABLE: tuple[Callable[[object], str | None], ...] = (_why_not_a_body,)
+def _why_not_a_registry(target: object) -> str | None:
+    """Why ``target`` is not a registry of workflow kinds (a ``Workflows``, or one ``Kind``)."""
+    if isinstance(target, (Workflows, Kind)):
+        return None
+    return f"not a Workflows registry or a Kind (a {type(target).__name__})"
+
+
+SERVABLE: tuple[Callable[[object], str | None], ...] = (_why_not_a_body, _why_not_a_registry)
 """The kinds of target ``durable worker`` runs, each a check answering why a target is not
-of its kind. A target any of them accepts is handed to ``work`` as it is; a registry of
-workflow kinds is added here as one more check."""
+of its kind. A target any of them accepts is handed to ``work`` as it is: a registry of
+workflow kinds (``Workflows``), one ``Kind``, or a bare body (a one-kind registry)."""
 
 
 def _servable(spec: str) -> Any:
@@ -178,8 +214,9 @@ def _servable(spec: str) -> Any:
         return target
     raise Exit(
         USAGE,
-        f"{spec} is {'; '.join(r for r in reasons if r)}: durable worker runs an async "
-        "function taking one Run, like `async def payout(run): ...`",
+        f"{spec} is {'; '.join(r for r in reasons if r)}: durable worker runs a Workflows "
+        "registry, a Kind, or an async function taking one Run, like "
+        "`async def payout(run): ...`",
     )
 
 
@@ -359,8 +396,9 @@ async def _worker(args: argparse.Namespace, out: TextIO) -> int:
                 log.info("worker: stopped before the store could be opened")
                 return OK
             log.info(
-                "worker: %s on %s, %d at once, liveness %s, delivery lease %s",
+                "worker: %s%s on %s, %d at once, liveness %s, delivery lease %s",
                 args.body,
+                f" as {args.name}" if args.name else "",
                 _redacted(url),
                 args.limit,
                 _in_seconds(args.liveness),
@@ -378,6 +416,7 @@ async def _worker(args: argparse.Namespace, out: TextIO) -> int:
                     poll=args.poll,
                     tick=args.tick,
                     retry=args.retry,
+                    name=args.name,
                 )
             )
             try:
@@ -431,7 +470,13 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
         scheduled = (
             await scheduler.scheduled(args.workflow) if isinstance(scheduler, Observable) else None
         )
-    if not history and claim is None and scheduled is None:
+        lifecycle = _offers_lifecycle(store)
+        st = (
+            await store.status(args.workflow)
+            if lifecycle and isinstance(store, LifecycleDurable)
+            else None
+        )
+    if not history and claim is None and scheduled is None and st is None:
         raise Exit(NOT_FOUND, f"no workflow {args.workflow!r} in {_redacted(url)}")
     inspectable = isinstance(checkpointer, Inspectable)
     observable = isinstance(scheduler, Observable)
@@ -441,6 +486,7 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
             json.dumps(
                 {
                     "workflow": args.workflow,
+                    "status": None if st is None else status_json(st),
                     "records": [
                         {"key": e.key, "value": e.value, "at": e.at.isoformat()} for e in history
                     ],
@@ -452,11 +498,15 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
                         "budget_until": claim.budget_until.isoformat(),
                     },
                     "scheduled": None if scheduled is None else scheduled.isoformat(),
-                    # null above means "free" or "not scheduled" only where the store can
-                    # say so; a reader must not take a store's silence for an answer.
+                    # null above means "free", "not scheduled" or "no status" only where the
+                    # store can say so; a reader must not take a store's silence for an answer.
                     "unreported": [
                         name
-                        for name, known in (("claim", inspectable), ("scheduled", observable))
+                        for name, known in (
+                            ("status", lifecycle),
+                            ("claim", inspectable),
+                            ("scheduled", observable),
+                        )
                         if not known
                     ],
                 },
@@ -465,6 +515,16 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
             + "\n"
         )
         return OK
+    if not lifecycle:
+        out.write("status: this store does not offer lifecycle\n")
+    elif st is None:
+        out.write("status: none recorded (never started, and no pass has begun)\n")
+    else:
+        due = scheduled is not None and scheduled <= datetime.now(UTC)
+        out.write(status_line(st, history, due) + "\n")
+        out.write(f"kind: {st.kind if st.kind is not None else '-'}\n")
+        out.write(f"attempts: {st.attempts}\n")
+        out.write(f"input: {_cut(st.input, args.full)}\n")
     out.write(f"workflow {args.workflow}\n")
     for entry in history:
         when = entry.at.isoformat(timespec="milliseconds")
@@ -490,13 +550,231 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _list(args: argparse.Namespace, out: TextIO) -> int:
     url = _store_url(args)
+    filtered = args.status is not None or args.kind is not None or args.cursor is not None
     async with _open(url) as store:
-        checkpointer: object = store.checkpointer
-        if not isinstance(checkpointer, Enumerable):
-            raise Exit(UNSUPPORTED, f"this store cannot list workflows ({_redacted(url)})")
-        found = await checkpointer.workflows(args.limit)
-    for workflow in found:
-        out.write(workflow + "\n")
+        if not _offers_lifecycle(store):
+            if filtered:
+                raise Exit(
+                    UNSUPPORTED,
+                    f"{_redacted(url)} does not offer lifecycle, so it cannot list by status, "
+                    "kind or cursor; `durable list URL` alone lists ids where the store can",
+                )
+            checkpointer: object = store.checkpointer
+            if not isinstance(checkpointer, Enumerable):
+                raise Exit(UNSUPPORTED, f"this store cannot list workflows ({_redacted(url)})")
+            found = await checkpointer.workflows(args.limit)
+            if args.json:
+                out.write(json.dumps({"workflows": found, "cursor": None}, indent=2) + "\n")
+                return OK
+            for workflow in found:
+                out.write(workflow + "\n")
+            return OK
+        assert isinstance(store, LifecycleDurable)
+        page = await store.list(
+            status=args.status, kind=args.kind, limit=args.limit, cursor=args.cursor
+        )
+    if args.json:
+        listed = {"workflows": [status_json(st) for st in page.statuses], "cursor": page.cursor}
+        out.write(json.dumps(listed, indent=2) + "\n")
+        return OK
+    rows = [("WORKFLOW", "KIND", "STATUS", "UPDATED")] + [
+        (st.workflow, st.kind or "-", st.status.value, _when(st.updated_at)) for st in page.statuses
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        out.write("\n")
+    if page.cursor is not None:
+        # On stderr, so that stdout stays a table a script can read to its end.
+        sys.stderr.write(f"more: --cursor {page.cursor}\n")
+    return OK
+
+
+# --- the lifecycle -------------------------------------------------------------------------
+
+
+def _when(moment: datetime | None) -> str:
+    """A store time as an operator reads it: to the second, in UTC, saying so."""
+    if moment is None:
+        return "?"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _in_a_line(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= IN_A_LINE else text[: IN_A_LINE - 3] + "..."
+
+
+def status_line(
+    st: WorkflowStatus,
+    history: Sequence[Entry] = (),
+    due: bool = False,
+    now: datetime | None = None,
+) -> str:
+    """One line saying where a workflow is, the first line of ``durable show``.
+
+    ``history`` names the step a running pass is past when no beat has named the one in
+    flight (design §2.5); ``due`` says the scheduler holds it runnable, which for a blocked
+    workflow means a value has arrived and only a worker's next pass has yet to see it.
+    """
+    now = now if now is not None else datetime.now(UTC)
+    failure = st.failure
+    why = f"{failure.type}: {_first_line(failure.message)}" if failure is not None else ""
+    if st.status is Status.FAILED:
+        attempts = failure.attempts if failure is not None else st.attempts
+        return f"failed after {_plural(attempts, 'attempt')}" + (f": {why}" if why else "")
+    if st.status is Status.RUNNING:
+        where = f"on {st.owner or 'an unnamed worker'}" + (
+            f" (pass {st.token})" if st.token is not None else ""
+        )
+        since = f"since {_when(st.since)}"
+        if st.step is not None:
+            line = f"running step {st.step!r} {where} {since}"
+        elif history:
+            line = f"running {where} {since}, after step {history[-1].key!r}"
+        else:
+            line = f"running {where} {since}"
+        if st.until is not None and st.until <= now:
+            line += f"; silent since {_when(st.until)}, presumed dead (it will be retried)"
+        return line
+    if st.status is Status.SLEEPING:
+        if failure is not None:
+            return f"retrying at {_when(st.until)} after attempt {failure.attempts}: {why}"
+        return f"sleeping until {_when(st.until)}"
+    if st.status is Status.BLOCKED:
+        line = f"blocked on {', '.join(st.keys)}" if st.keys else "blocked"
+        return line + (" (a value arrived; waiting for a worker)" if due else "")
+    if st.status is Status.FINISHED:
+        return f"finished: {_in_a_line(st.value)}"
+    if st.status is Status.CANCELLED:
+        return f"cancelled at {_when(st.updated_at)}"
+    return f"ready since {_when(st.updated_at)}"
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def status_json(st: WorkflowStatus) -> dict[str, object]:
+    """Every field of ``st``, times as ISO strings, for ``--json``."""
+    return {
+        "workflow": st.workflow,
+        "status": st.status.value,
+        "kind": st.kind,
+        "attempts": st.attempts,
+        "updated_at": _iso(st.updated_at),
+        "started_at": _iso(st.started_at),
+        "input": st.input,
+        "queue": st.queue,
+        "token": st.token,
+        "owner": st.owner,
+        "since": _iso(st.since),
+        "step": st.step,
+        "until": _iso(st.until),
+        "keys": list(st.keys),
+        "value": st.value,
+        "failure": None
+        if st.failure is None
+        else {
+            "type": st.failure.type,
+            "message": st.failure.message,
+            "traceback": st.failure.traceback,
+            "attempts": st.failure.attempts,
+        },
+    }
+
+
+def _offers_lifecycle(store: Durable[Any]) -> bool:
+    from durable.interfaces import Lifecycle
+
+    return isinstance(store, LifecycleDurable) and isinstance(store.checkpointer, Lifecycle)
+
+
+def _lifecycle(store: Durable[Any], url: str, doing: str) -> LifecycleDurable[Any]:
+    """``store`` as one that keeps each workflow's status, or exit 4 saying it does not."""
+    if not _offers_lifecycle(store):
+        raise Exit(
+            UNSUPPORTED,
+            f"{_redacted(url)} does not offer lifecycle (kinds, status, outcome), so it cannot "
+            f"{doing}; its workflows still run under `durable worker` with a bare body",
+        )
+    assert isinstance(store, LifecycleDurable)
+    return store
+
+
+async def _start(args: argparse.Namespace, out: TextIO) -> int:
+    value = _json_argument(args.input, "INPUT") if args.input is not None else None
+    kind: Kind[Any, Any] | str = args.kind
+    if args.workflows is not None:
+        registry = _import(args.workflows)
+        if _why_not_a_registry(registry) is not None and _why_not_a_body(registry) is not None:
+            raise Exit(USAGE, f"--workflows {args.workflows} is not a Workflows, a Kind or a body")
+        served = Workflows.of(registry)  # type: ignore[arg-type]
+        if args.kind not in served:
+            known = ", ".join(repr(k.name) for k in served)
+            raise Exit(
+                USAGE, f"--workflows {args.workflows} has no kind {args.kind!r}; it has {known}"
+            )
+        kind = served[args.kind]
+    url = _store_url(args)
+    async with _open(url) as opened:
+        store = _lifecycle(opened, url, "start workflows")
+        before = await store.status(args.workflow)
+        handle = await store.start(kind, args.workflow, value)
+        after = await handle.status()
+    name = kind if isinstance(kind, str) else kind.name
+    again = before is not None and before.kind is not None
+    if again:
+        out.write(f"already started {args.workflow} ({name}): {status_line(after)}\n")
+    else:
+        out.write(f"started {args.workflow} ({name}): {after.status.value}\n")
+    return OK
+
+
+async def _cancel(args: argparse.Namespace, out: TextIO) -> int:
+    url = _store_url(args)
+    async with _open(url) as opened:
+        st = await _lifecycle(opened, url, "cancel workflows").cancel(args.workflow)
+    out.write(status_line(st) + "\n")
+    return OK
+
+
+async def _retry(args: argparse.Namespace, out: TextIO) -> int:
+    url = _store_url(args)
+    async with _open(url) as opened:
+        st = await _lifecycle(opened, url, "retry workflows").retry(args.workflow)
+    out.write(status_line(st) + "\n")
+    return OK
+
+
+async def _result(args: argparse.Namespace, out: TextIO) -> int:
+    url = _store_url(args)
+    async with _open(url) as opened:
+        store = _lifecycle(opened, url, "report results")
+        if await store.status(args.workflow) is None:
+            raise Exit(NOT_FOUND, f"no workflow {args.workflow!r} in {_redacted(url)}")
+        handle = store.handle(args.workflow)
+        try:
+            value = await handle.result(args.timeout)
+        except (WorkflowFailed, WorkflowCancelled):
+            raise Exit(UNSUCCESSFUL, status_line(await handle.status())) from None
+        except TimeoutError:
+            st = await handle.status()
+            raise Exit(
+                TIMED_OUT,
+                f"{args.workflow} did not settle within {_in_seconds(args.timeout)}: "
+                f"{status_line(st)}",
+            ) from None
+    out.write(json.dumps(value) + "\n")
     return OK
 
 
@@ -606,7 +884,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Run durable workflows and look after them. Every command that opens a "
         f"store takes its URL first, or from ${STORE_VARIABLE}.",
         epilog="exit codes: 0 ok, 1 store failed, 2 bad usage, 3 no such workflow, "
-        "4 not supported by this store, 5 not confirmed",
+        "4 not supported by this store, 5 not confirmed, 6 refused by the workflow's state, "
+        "7 the workflow failed or was cancelled, 8 timed out",
     )
     parser.add_argument(
         "-v",
@@ -633,7 +912,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     _url_argument(worker)
     worker.add_argument(
-        "body", metavar="MODULE:BODY", help="the workflow body: an async function of one Run"
+        "body",
+        metavar="MODULE:NAME",
+        help="what to serve: a Workflows registry, a Kind, or a body (an async function of one "
+        "Run)",
     )
     worker.add_argument(
         "--limit", type=_positive, default=8, metavar="N", help="passes at once (default 8)"
@@ -653,6 +935,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="give up (exit 1) if the store cannot be opened within S seconds "
         "(default: keep trying, with backoff)",
+    )
+    worker.add_argument(
+        "--name",
+        metavar="OWNER",
+        default=None,
+        help="the worker's identity in `durable show` (default: host:pid)",
     )
     worker.add_argument("--store", metavar="URL", help="deprecated: give the URL first")
     # Refused with a message naming its two successors, rather than "unrecognized".
@@ -687,12 +975,65 @@ def _parser() -> argparse.ArgumentParser:
     )
     show.set_defaults(run=_show)
 
-    listing = commands.add_parser("list", help="workflows in the store (where it can list)")
+    listing = commands.add_parser(
+        "list",
+        help="workflows by status and kind, newest first (or bare ids where the store keeps "
+        "no status)",
+    )
     _url_argument(listing)
     listing.add_argument(
-        "--limit", type=_positive, default=100, metavar="N", help="most ids to print (default 100)"
+        "--status",
+        choices=[s.value for s in Status],
+        help="only workflows in this status",
     )
+    listing.add_argument("--kind", metavar="KIND", help="only workflows of this kind")
+    listing.add_argument(
+        "--limit", type=_positive, default=100, metavar="N", help="most rows to print (default 100)"
+    )
+    listing.add_argument(
+        "--cursor",
+        metavar="C",
+        help="the page after the one that printed `more: --cursor C` (on stderr)",
+    )
+    listing.add_argument("--json", action="store_true", help="as JSON, with the next cursor")
     listing.set_defaults(run=_list)
+
+    start = commands.add_parser(
+        "start", help="start a workflow of a kind on a JSON input (idempotent)"
+    )
+    _url_argument(start)
+    start.add_argument("kind", metavar="KIND")
+    start.add_argument("workflow", metavar="WORKFLOW")
+    start.add_argument("input", metavar="INPUT", nargs="?", help="JSON (default null)")
+    start.add_argument(
+        "--workflows",
+        metavar="MODULE:NAME",
+        help="the registry (or Kind) whose kind's parser checks INPUT before anything is written",
+    )
+    start.set_defaults(run=_start)
+
+    for name, doing, run in (
+        ("cancel", "cancel a workflow: it never runs again; its records are kept", _cancel),
+        ("retry", "run a failed or cancelled workflow again with fresh attempts", _retry),
+    ):
+        command = commands.add_parser(name, help=doing)
+        _url_argument(command)
+        command.add_argument("workflow", metavar="WORKFLOW")
+        command.set_defaults(run=run)
+
+    result = commands.add_parser(
+        "result", help="wait for a workflow's outcome and print its value as JSON"
+    )
+    _url_argument(result)
+    result.add_argument("workflow", metavar="WORKFLOW")
+    result.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="give up (exit 8) after S seconds (default: wait as long as it takes)",
+    )
+    result.set_defaults(run=_result)
 
     discard = commands.add_parser("discard", help="forget a workflow and cancel its runs")
     _url_argument(discard)
@@ -744,6 +1085,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         code: int = asyncio.run(args.run(args, out or sys.stdout))
     except Exit as done:
         _fail(done.code, str(done))
+    except (StartConflict, NotRetryable) as error:
+        _fail(REFUSED, str(error))
+    except UnknownWorkflow as error:
+        _fail(NOT_FOUND, _one_line(error))
+    except LifecycleNotOffered as error:
+        _fail(UNSUPPORTED, _one_line(error))
     except UnknownStore as error:
         _fail(USAGE, str(error))
     except (ValueError, TypeError) as error:

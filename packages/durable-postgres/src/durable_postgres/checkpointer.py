@@ -11,20 +11,50 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from durable.boundary import check_duration, check_key, check_message_id, check_workflow
+from durable.boundary import (
+    check_duration,
+    check_key,
+    check_kind,
+    check_message_id,
+    check_settlement,
+    check_workflow,
+)
 from durable.codec import CheckpointCodec, JsonCodec, encode_value
-from durable.interfaces import Claimed, Entry, Fenced, Pass, Recorded, StoreError
+from durable.interfaces import (
+    Admitted,
+    Began,
+    Claimed,
+    Entry,
+    Failure,
+    Fenced,
+    NotRetryable,
+    Page,
+    Pass,
+    Recorded,
+    Settlement,
+    StartConflict,
+    Status,
+    StoreError,
+    UnknownWorkflow,
+    WorkflowStatus,
+)
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from durable_postgres.connections import Connections, EffectFailed, Params, Subject
-from durable_postgres.statements import DEFAULT_SCHEMA, check_schema_name, statements
+from durable_postgres.errors import text_fault
+from durable_postgres.statements import (
+    DEFAULT_SCHEMA,
+    check_schema_name,
+    statements,
+    status_statements,
+)
 
 __all__ = ["PostgresCheckpointer", "PostgresEffect"]
 
@@ -38,10 +68,15 @@ It must leave the transaction as it found it: no ``COMMIT`` or ``ROLLBACK`` of i
 database error swallowed without rolling back to such a savepoint."""
 
 _INBOX = "<inbox>"
+_INPUT = "<input>"
+_VALUE = "<value>"
+_FIRST_PAGE = "infinity"
 
 
 class PostgresCheckpointer:
-    """A :class:`~durable.interfaces.Checkpointer` over the tables :func:`migrate` creates.
+    """A :class:`~durable.interfaces.Checkpointer` over the tables :func:`migrate` creates,
+    and a :class:`~durable.interfaces.Lifecycle` (each workflow's kind, input, status,
+    attempts and outcome in ``workflow_status``, see ``statuses.sql``).
 
     ``pool`` may be the application's own pool: sharing it is what lets a ``transact`` effect
     touch the application's tables. ``schema`` names where the durable tables live, so one
@@ -62,6 +97,7 @@ class PostgresCheckpointer:
         self.pool = pool
         self.codec: CheckpointCodec[str] = codec if codec is not None else JsonCodec()
         self._sql = statements(schema)
+        self._life = status_statements(schema)
         self._db = Connections(pool, schema, prepare=prepare)
 
     def __repr__(self) -> str:
@@ -329,7 +365,371 @@ class PostgresCheckpointer:
     def _discarding(self, workflow: str) -> list[tuple[bytes, dict[str, object]]]:
         """The statements of a discard, in order: the fence first (see ``raise_fence``)."""
         params: dict[str, object] = {"workflow": workflow}
-        return [(self._sql.raise_fence, params), (self._sql.forget, params)]
+        return [
+            (self._sql.raise_fence, params),
+            (self._sql.forget, params),
+            (self._life.forget_status, params),
+        ]
+
+    # -- the lifecycle -----------------------------------------------------------
+
+    def _admitting(
+        self, workflow: str, kind: str, input: object, queue: str
+    ) -> tuple[dict[str, object], Subject]:
+        """The parameters of an admit, checked and encoded before any round trip."""
+        check_workflow(workflow)
+        check_kind(kind)
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"workflow {workflow!r}: queue must be a non-empty str, got {queue!r}")
+        encoded = self._encode(workflow, _INPUT, input)
+        params: dict[str, object] = {
+            "workflow": workflow,
+            "kind": kind,
+            "input": encoded,
+            "queue": queue,
+        }
+        return params, Subject(workflow, _INPUT, input, encoded)
+
+    def _admitted(
+        self,
+        params: dict[str, object],
+        wrote: tuple[Any, ...] | None,
+        read: tuple[Any, ...] | None,
+        input: object,
+    ) -> Admitted:
+        """What the admit's write and its fresh read mean: created, a repeat, or a conflict
+        (``StartConflict``; the conditional statements wrote nothing)."""
+        workflow = str(params["workflow"])
+        if read is None:  # a discard between the two statements; the caller starts over
+            raise _AdmitAgain
+        current = self._status_of(read)
+        if wrote is not None:
+            return Admitted(current, created=True, queue=True)
+        if current.kind != params["kind"] or read[2] != params["input"]:
+            raise StartConflict(workflow, str(params["kind"]), input, current.kind, current.input)
+        return Admitted(current, created=False, queue=current.status is Status.READY)
+
+    async def admit(
+        self, workflow: str, kind: str, input: object, *, queue: str = "default"
+    ) -> Admitted:
+        """Record kind, input and queue, as ``Lifecycle.admit`` says, in one transaction of
+        two statements: the conditional insert, then a read in a snapshot of its own, which
+        sees a concurrent winner's row after the insert waited for it. Repeatable: a start
+        whose answer was lost finds its own row and is a repeat."""
+        params, subject = self._admitting(workflow, kind, input, queue)
+        return await self._admit(params, subject, input, ())
+
+    async def _admit(
+        self,
+        params: dict[str, object],
+        subject: Subject,
+        input: object,
+        after: Sequence[tuple[bytes, dict[str, object]]],
+    ) -> Admitted:
+        workflow = params["workflow"]
+        while True:
+            rows = await self._db.transaction(
+                f"start of {workflow!r} as {params['kind']!r}",
+                [(self._life.admit_write, params), (self._life.status, params), *after],
+                repeatable=True,
+                subject=subject,
+            )
+            try:
+                return self._admitted(params, rows[0], rows[1], input)
+            except _AdmitAgain:
+                continue
+
+    async def begin(
+        self, workflow: str, *, liveness: timedelta, budget: timedelta, owner: str
+    ) -> Began | None:
+        """claim, and in the same statement the status (see ``begin`` in ``statuses.sql``).
+
+        Not retried after a lost connection, unlike ``claim``: a begin that landed counted an
+        attempt, and its repetition would find the workflow held and answer None; the
+        ``ConnectionLost`` lets the worker defer the delivery instead, and the claim lapses
+        with its liveness.
+        """
+        check_workflow(workflow)
+        check_duration("liveness", liveness, workflow=workflow)
+        check_duration("budget", budget, workflow=workflow)
+        if not isinstance(owner, str):
+            raise TypeError(f"workflow {workflow!r}: owner must be a str, got {owner!r}")
+        row = await self._db.one(
+            f"begin of {workflow!r}",
+            self._life.begin,
+            {"workflow": workflow, "liveness": liveness, "budget": budget, "owner": owner},
+            repeatable=False,
+        )
+        assert row is not None
+        token, before, last_owner, kind, stored_input, attempts, new_kind, new_input, count = row
+        previous = Status(before) if before is not None else Status.READY
+        if token is not None and count is not None:
+            lost = last_owner if previous is Status.RUNNING else None
+            return Began(
+                Pass(workflow, token),
+                previous,
+                new_kind,
+                self._input(workflow, new_input),
+                count,
+                lost,
+            )
+        if token is not None:
+            # A cancel (or another terminal move) committed while this statement waited for
+            # the claim row: the claim was taken but the status refused it. Give it back.
+            await self.release(Pass(workflow, token))
+            current = await self.status(workflow)
+            assert current is not None
+            return Began(None, current.status, current.kind, current.input, current.attempts, None)
+        if previous.terminal:
+            return Began(None, previous, kind, self._input(workflow, stored_input), attempts, None)
+        return None
+
+    def _input(self, workflow: str, stored: str | None) -> object:
+        return self._decode(workflow, _INPUT, stored) if stored is not None else None
+
+    async def beat(self, holder: Pass, step: str | None) -> Pass:
+        """renew and the step in flight, one statement."""
+        if step is not None and not isinstance(step, str):
+            raise TypeError(f"{holder}: step must be a str or None, got {step!r}")
+        row = await self._db.one(
+            f"beat of {holder}",
+            self._life.beat,
+            {**_holding(holder), "step": step},
+            repeatable=True,
+        )
+        if row is None:
+            raise await self._refusal(holder, "renew")
+        return holder
+
+    async def settle(self, holder: Pass, settlement: Settlement) -> None:
+        """The outcome and the release, one fenced statement (``settle`` in ``statuses.sql``).
+
+        Not retried after a lost connection: a settle that landed raised the token, so its
+        repetition would be refused as fenced and report a recorded outcome as lost. The
+        ``ConnectionLost`` (a ``StoreUnavailable``) goes to the worker, which defers the
+        delivery; the next pass finds the outcome if the settle landed (a terminal workflow
+        is never begun again) and runs the workflow again if it did not.
+        """
+        check_settlement(holder, settlement)
+        workflow = holder.workflow
+        value: str | None = None
+        subject = None
+        if settlement.status is Status.FINISHED:
+            value = self._encode(workflow, _VALUE, settlement.value)
+            subject = Subject(workflow, _VALUE, settlement.value, value)
+        failure = settlement.failure
+        params: dict[str, object] = {
+            **_holding(holder),
+            "status": str(settlement.status),
+            "attempts": settlement.attempts,
+            "until": settlement.until if settlement.status is Status.SLEEPING else None,
+            "waits": list(settlement.keys),
+            "value": value,
+            "failure_type": failure.type if failure else None,
+            "failure_message": failure.message if failure else None,
+            "failure_traceback": failure.traceback if failure else None,
+            "failure_attempts": failure.attempts if failure else None,
+        }
+        for name in ("failure_type", "failure_message", "failure_traceback"):
+            text = params[name]
+            if isinstance(text, str) and text_fault(text) is not None:
+                # An exception's text is the body's, and Postgres text cannot hold a NUL or a
+                # lone surrogate: the failure is still recorded, with those replaced.
+                params[name] = _storable(text)
+        row = await self._db.one(
+            f"settle of {holder} as {settlement.status}",
+            self._life.settle,
+            params,
+            repeatable=False,
+            subject=subject,
+        )
+        if row is None:
+            raise await self._refusal(holder, f"settle as {settlement.status}")
+
+    async def withdraw(self, workflow: str) -> WorkflowStatus:
+        """Cancel, one transaction: the fence raised, then the status (``withdraw_*``)."""
+        check_workflow(workflow)
+        return await self._withdraw(workflow, ())
+
+    async def _withdraw(
+        self, workflow: str, after: Sequence[tuple[bytes, dict[str, object]]]
+    ) -> WorkflowStatus:
+        params: dict[str, object] = {"workflow": workflow}
+        rows = await self._db.transaction(
+            f"cancel of {workflow!r}",
+            [
+                (self._life.withdraw_fence, params),
+                (self._life.withdraw_mark, params),
+                *after,
+                (self._life.status, params),
+            ],
+            repeatable=True,
+        )
+        read = rows[-1]
+        if read is None:
+            raise UnknownWorkflow(
+                f"no workflow {workflow!r}: it has neither a status nor records; nothing was "
+                "cancelled"
+            )
+        return self._status_of(read)
+
+    async def readmit(self, workflow: str) -> WorkflowStatus:
+        """Retry, one transaction: the conditional update, then the read."""
+        check_workflow(workflow)
+        return await self._readmit(workflow, self._life.readmit)
+
+    async def _readmit(self, workflow: str, statement: bytes) -> WorkflowStatus:
+        params: dict[str, object] = {"workflow": workflow}
+        wrote, read = await self._db.transaction(
+            f"retry of {workflow!r}",
+            [(statement, params), (self._life.status, params)],
+            repeatable=False,
+        )
+        if read is None:
+            held = await self._db.one(
+                f"reading whether {workflow!r} exists",
+                self._life.has_records,
+                params,
+                repeatable=True,
+            )
+            if held is not None and held[0]:
+                # Made by a send or an arrive and never run: waiting, not retryable.
+                raise NotRetryable(workflow, Status.BLOCKED)
+            raise UnknownWorkflow(
+                f"no workflow {workflow!r} to retry: it has neither a status nor records "
+                "(never started, or discarded)"
+            )
+        current = self._status_of(read)
+        if wrote is None:
+            raise NotRetryable(workflow, current.status)
+        return current
+
+    async def status(self, workflow: str) -> WorkflowStatus | None:
+        check_workflow(workflow)
+        row = await self._db.one(
+            f"status of {workflow!r}",
+            self._life.status,
+            {"workflow": workflow},
+            repeatable=True,
+        )
+        return self._status_of(row) if row is not None else None
+
+    async def statuses(
+        self,
+        *,
+        status: Status | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """Newest updated first, read from one of four indexes backwards from the cursor
+        (``"<updated_at in µs since the epoch>:<workflow>"``), one more row than asked for to
+        know whether a page follows."""
+        wanted = Status(status) if status is not None else None
+        if kind is not None:
+            check_kind(kind)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        at, after = _from_cursor(cursor)
+        params: dict[str, object] = {
+            "status": str(wanted) if wanted is not None else None,
+            "kind": kind,
+            "at": at,
+            "after": after,
+            "limit": limit + 1,
+        }
+        if wanted is None:
+            query = self._life.list_all if kind is None else self._life.list_kind
+        else:
+            query = self._life.list_status if kind is None else self._life.list_kind_status
+        rows = await self._db.rows("listing workflows by status", query, params)
+        page = tuple(self._status_of(row) for row in rows[:limit])
+        more = len(rows) > limit
+        return Page(page, _cursor_of(page[-1]) if more and page else None)
+
+    def _status_of(self, row: tuple[Any, ...]) -> WorkflowStatus:
+        (
+            workflow,
+            kind,
+            stored_input,
+            queue,
+            status,
+            attempts,
+            owner,
+            since,
+            step,
+            until_at,
+            waits,
+            value,
+            failure_type,
+            failure_message,
+            failure_traceback,
+            failure_attempts,
+            started_at,
+            updated_at,
+            token,
+            live_until,
+        ) = row
+        current = Status(status)
+        running = current is Status.RUNNING
+        failure = (
+            Failure(failure_type, failure_message or "", failure_traceback or "", failure_attempts)
+            if failure_type is not None
+            else None
+        )
+        return WorkflowStatus(
+            workflow=workflow,
+            status=current,
+            kind=kind,
+            attempts=attempts,
+            updated_at=updated_at.astimezone(UTC),
+            started_at=_utc(started_at),
+            input=self._input(workflow, stored_input),
+            queue=queue,
+            token=token if running else None,
+            owner=owner if running else None,
+            since=_utc(since) if running else None,
+            step=step if running else None,
+            until=_utc(live_until) if running else _utc(until_at),
+            keys=tuple(waits or ()),
+            value=self._decode(workflow, _VALUE, value) if value is not None else None,
+            failure=failure,
+        )
+
+
+class _AdmitAgain(Exception):
+    """A discard removed the row between an admit's two statements: run the admit again."""
+
+
+def _storable(text: str) -> str:
+    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment.astimezone(UTC) if moment is not None else None
+
+
+def _cursor_of(last: WorkflowStatus) -> str:
+    moment = last.updated_at
+    micros = (moment - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}:{last.workflow}"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _from_cursor(cursor: str | None) -> tuple[str, str]:
+    """The cursor as the listing's parameters: the first page starts above every row."""
+    if cursor is None:
+        return _FIRST_PAGE, ""
+    micros, sep, after = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
+    if not sep or not micros.lstrip("-").isdigit():
+        raise ValueError(
+            f"cursor {cursor!r} is not one this store handed out; pass the cursor of the "
+            "previous page exactly, or None for the first page"
+        )
+    moment = _EPOCH + timedelta(microseconds=int(micros))
+    return moment.isoformat(), after
 
 
 class _NotTheRecord(Exception):

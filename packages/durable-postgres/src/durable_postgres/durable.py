@@ -7,6 +7,8 @@ from typing import Any
 
 from durable.boundary import check_key, check_message_id, check_workflow
 from durable.codec import CheckpointCodec
+from durable.interfaces import Admitted, WorkflowStatus
+from durable.workflows import Lifecycled
 from psycopg_pool import AsyncConnectionPool
 
 from durable_postgres.checkpointer import _INBOX, PostgresCheckpointer
@@ -17,9 +19,11 @@ from durable_postgres.statements import DEFAULT_SCHEMA
 __all__ = ["PostgresDurable"]
 
 
-class PostgresDurable:
+class PostgresDurable(Lifecycled):
     """:class:`~durable.interfaces.Durable` whose ``arrive``, ``send`` and ``discard`` are each
-    one transaction, sent as one pipeline: one round trip and one commit per move.
+    one transaction, sent as one pipeline: one round trip and one commit per move. So are the
+    lifecycle's three moves that cross both tables (``start``, ``cancel``, ``retry``): the
+    status and the queue change together or not at all.
 
     Atomic only because both stores borrow from one pool, which is why construction refuses
     two that do not (the check is made here rather than documented). On a sharded deployment
@@ -122,3 +126,31 @@ class PostgresDurable:
             [*cp._discarding(workflow), (self._scheduler._sql.cancel, {"workflow": workflow})],
             repeatable=True,
         )
+
+    # -- the lifecycle's moves across both tables, each one transaction ---------
+
+    async def _admit_and_queue(
+        self, workflow: str, kind: str, input: object, queue: str
+    ) -> Admitted:
+        """admit and make_ready in one transaction: the queue's statement is conditional on
+        the row being ready with exactly this kind and input, so a conflict queues nothing
+        and a repeat that finds the workflow still ready queues it (its first queueing cannot
+        have been lost here, but the rule is the one every store follows)."""
+        cp = self._checkpointer
+        params, subject = cp._admitting(workflow, kind, input, queue)
+        return await cp._admit(params, subject, input, [(cp._life.admit_queue, params)])
+
+    async def _withdraw_and_cancel(self, workflow: str) -> WorkflowStatus:
+        """withdraw and the queue row's removal in one transaction: a cancelled workflow is
+        never delivered again, and a delivery already out finds nothing to reinstate."""
+        check_workflow(workflow)
+        return await self._checkpointer._withdraw(
+            workflow, [(self._scheduler._sql.cancel, {"workflow": workflow})]
+        )
+
+    async def _readmit_and_queue(self, workflow: str) -> WorkflowStatus:
+        """readmit and make_ready as one statement (``readmit_queue``): queued only if the
+        retry was allowed."""
+        check_workflow(workflow)
+        cp = self._checkpointer
+        return await cp._readmit(workflow, cp._life.readmit_queue)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from durable.boundary import shown
 from durable.codec import UnencodableValue
-from durable.interfaces import StoreError, StoreUnavailable
+from durable.interfaces import StoreUnavailable
 
 __all__ = [
     "ConnectionLost",
@@ -51,12 +51,19 @@ class ConnectionLost(StoreUnavailable):
     """
 
 
-class StoreClosed(StoreError):
-    """The store's pool has been closed: the store was used after the block that opened it."""
+class StoreClosed(StoreUnavailable):
+    """The store's pool has been closed: the store was used after the block that opened it.
+
+    A :class:`~durable.interfaces.StoreUnavailable`: a pass cut short by its worker's store
+    closing under it (a shutdown) did not fail, and is never counted as an attempt."""
 
 
-class SchemaMissing(StoreError):
-    """The durable tables are not in the schema the store was given."""
+class SchemaMissing(StoreUnavailable):
+    """The durable tables are not in the schema the store was given.
+
+    A :class:`~durable.interfaces.StoreUnavailable`: the store cannot serve, which is no
+    workflow's fault, so a worker waits (logging it) rather than failing every workflow's
+    attempts until the schema is back."""
 
 
 def text_fault(text: str) -> str | None:

@@ -6,6 +6,12 @@ unique violation in the catalog. So the whole of ``schema.sql`` runs in one tran
 first takes a transaction-scoped advisory lock keyed by the schema name: the first worker
 creates everything and commits, and the rest, let in one at a time, find the version row and
 change nothing.
+
+Upgrading is the same transaction under the same lock: it reads the applied version, runs the
+idempotent DDL (which adds what a newer version has), and when the schema was at version 1
+backfills one status row per existing workflow (``migrate_backfill_2`` in ``statuses.sql``)
+before marking version 2. A second migrator, let in after the first commits, finds version 2
+and changes nothing; one that lost its connection midway rolled back whole.
 """
 
 from __future__ import annotations
@@ -19,28 +25,37 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from durable_postgres.connections import Connections
-from durable_postgres.statements import DEFAULT_SCHEMA, schema_ddl, statements
+from durable_postgres.statements import (
+    DEFAULT_SCHEMA,
+    schema_ddl,
+    statements,
+    status_statements,
+)
 
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 1
-"""The version of ``schema.sql`` this release creates and expects."""
+SCHEMA_VERSION = 2
+"""The version of ``schema.sql`` this release creates and expects: 1 was the release before
+the workflow lifecycle, 2 adds ``workflow_status``."""
 
 
 async def migrate(pool: AsyncConnectionPool[Any], *, schema: str = DEFAULT_SCHEMA) -> bool:
     """Create the durable tables in ``schema`` unless they are there already.
 
-    Returns ``True`` when this call created them and ``False`` when they were already there
-    (so of many concurrent callers exactly one sees ``True``). An already-migrated schema costs
+    Returns ``True`` when this call created them (or upgraded them from an older version) and
+    ``False`` when they were already there (so of many concurrent callers exactly one sees
+    ``True``). An already-migrated schema costs
     one short transaction and runs no DDL, so a role without ``CREATE`` privileges can open a
     schema an administrator migrated. ``schema`` must be a plain lowercase identifier.
     """
     sql = statements(schema)  # validates the name before anything is sent
     ddl = schema_ddl(schema)
+    lifecycle = status_statements(schema)
 
     async def work(conn: AsyncConnection[TupleRow]) -> bool:
         async with conn.transaction():
             await conn.execute(sql.migrate_lock)
+            version: int | None = None
             present = await (await conn.execute(sql.migrate_present)).fetchone()
             if present is not None and present[0]:
                 applied = await (await conn.execute(sql.migrate_applied)).fetchone()
@@ -60,6 +75,8 @@ async def migrate(pool: AsyncConnectionPool[Any], *, schema: str = DEFAULT_SCHEM
                     f"{error.diag.message_primary}; grant this role CREATE on the database "
                     f"(or have an administrator run migrate once with schema={schema!r})"
                 ) from error
+            if version is not None and version < 2:
+                await conn.execute(lifecycle.migrate_backfill_2)
             await conn.execute(sql.migrate_mark, {"version": SCHEMA_VERSION})
             return True
 

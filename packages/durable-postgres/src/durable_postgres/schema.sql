@@ -80,3 +80,44 @@ CREATE TABLE IF NOT EXISTS {schema}.workflow_queue (
 
 -- next_ready takes the row that became visible first.
 CREATE INDEX IF NOT EXISTS workflow_queue_visible ON {schema}.workflow_queue (visible_at);
+
+-- Version 2: each workflow's life (kind, input, status, attempts, outcome), one row per
+-- workflow, written by the moves that already exist: start (admit), a pass's claim (begin), its
+-- release (settle), its renewal (beat), cancel (withdraw) and retry (readmit). A step writes
+-- nothing here. input and value hold the codec's text exactly as encoded, like the records:
+-- start's idempotence compares encodings. Times are the server's clock, like every lease.
+-- attempts counts passes begun since the last one that made progress; it is raised by the
+-- claim's own statement, so a pass whose process is killed is counted all the same.
+CREATE TABLE IF NOT EXISTS {schema}.workflow_status (
+    workflow          text        PRIMARY KEY,
+    kind              text,
+    input             text,
+    queue             text        NOT NULL DEFAULT 'default',
+    status            text        NOT NULL CHECK (status IN
+        ('ready', 'running', 'sleeping', 'blocked', 'finished', 'failed', 'cancelled')),
+    attempts          integer     NOT NULL DEFAULT 0,
+    owner             text,
+    since             timestamptz,
+    step              text,
+    beat_at           timestamptz,
+    until_at          timestamptz,
+    waits             text[],
+    value             text,
+    failure_type      text,
+    failure_message   text,
+    failure_traceback text,
+    failure_attempts  integer,
+    started_at        timestamptz,
+    updated_at        timestamptz NOT NULL
+);
+
+-- Listing by status, by kind and status, and everything, newest first, each one index range
+-- read backwards from the cursor: a page costs its own rows, never the store's.
+CREATE INDEX IF NOT EXISTS workflow_status_status
+    ON {schema}.workflow_status (status, updated_at, workflow);
+CREATE INDEX IF NOT EXISTS workflow_status_kind
+    ON {schema}.workflow_status (kind, status, updated_at, workflow);
+CREATE INDEX IF NOT EXISTS workflow_status_updated
+    ON {schema}.workflow_status (updated_at, workflow);
+CREATE INDEX IF NOT EXISTS workflow_status_kind_updated
+    ON {schema}.workflow_status (kind, updated_at, workflow);

@@ -22,10 +22,12 @@ from durable_postgres.errors import InvalidSchemaName
 __all__ = [
     "DEFAULT_SCHEMA",
     "Statements",
+    "StatusStatements",
     "check_schema_name",
     "render_sections",
     "schema_ddl",
     "statements",
+    "status_statements",
 ]
 
 DEFAULT_SCHEMA = "durable"
@@ -133,6 +135,30 @@ class Statements:
     migrate_mark: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class StatusStatements:
+    """The lifecycle's statements (``statuses.sql``) for one schema, ready to send."""
+
+    schema: str
+    status: bytes
+    admit_write: bytes
+    admit_queue: bytes
+    begin: bytes
+    beat: bytes
+    settle: bytes
+    withdraw_fence: bytes
+    withdraw_mark: bytes
+    readmit: bytes
+    readmit_queue: bytes
+    forget_status: bytes
+    list_all: bytes
+    list_status: bytes
+    list_kind: bytes
+    list_kind_status: bytes
+    migrate_backfill_2: bytes
+    has_records: bytes
+
+
 def render_sections(filename: str, schema: str) -> dict[str, bytes]:
     """Each ``-- name:`` section of the package's SQL file ``filename``, for ``schema``."""
     check_schema_name(schema)
@@ -143,6 +169,12 @@ def render_sections(filename: str, schema: str) -> dict[str, bytes]:
 def statements(schema: str) -> Statements:
     """The statements for ``schema`` (validated), rendered once per process."""
     return Statements(schema=schema, **render_sections("statements.sql", schema))
+
+
+@cache
+def status_statements(schema: str) -> StatusStatements:
+    """The lifecycle's statements for ``schema`` (validated), rendered once per process."""
+    return StatusStatements(schema=schema, **render_sections("statuses.sql", schema))
 
 
 @cache
