@@ -64,7 +64,7 @@ from durable.workflows import (
     Workflows,
 )
 
-__all__ = ["STORE_VARIABLE", "main"]
+__all__ = ["STORE_VARIABLE", "main", "status_line"]
 
 OK, FAILED, USAGE, NOT_FOUND, UNSUPPORTED, DECLINED = 0, 1, 2, 3, 4, 5
 REFUSED, UNSUCCESSFUL, TIMED_OUT = 6, 7, 8

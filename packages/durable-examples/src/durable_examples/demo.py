@@ -35,13 +35,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
 import durable
-from durable.interfaces import Durable, Entry, Interruption, Lifecycle, Status, WorkflowStatus
+from durable.cli import status_line
+from durable.interfaces import Durable, Entry, Interruption, Lifecycle, Status
 from durable.plugins import for_url
 from durable.run import Finished, resume
 from durable.workflows import LifecycleDurable
@@ -54,7 +55,7 @@ from durable_examples.orders import Line, Order, as_mapping, as_order
 from durable_examples.service import APPROVAL_THRESHOLD, KIND, payout_workflows
 from durable_examples.stock import Stock, StockLedger, stock_for
 
-__all__ = ["EXPECTED", "GATED", "ORDERS", "main", "run_demo", "status_line"]
+__all__ = ["EXPECTED", "GATED", "ORDERS", "main", "run_demo"]
 
 ORDERS = (
     Order(
@@ -102,34 +103,6 @@ def _digest(url: str) -> str:
 def _shown(value: object, width: int = 64) -> str:
     text = json.dumps(value, separators=(",", ":"))
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _when(moment: datetime | None) -> str:
-    return "?" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def status_line(st: WorkflowStatus) -> str:
-    """Where a workflow is, in one line, as ``durable show`` begins (``finished: {...}``,
-    ``failed after 5 attempts: ValueError: ...``, ``blocked on approval``, ...)."""
-    failure = st.failure
-    why = "" if failure is None else f"{failure.type}: {failure.message.strip()}"
-    if st.status is Status.FINISHED:
-        return f"finished: {_shown(st.value, 80)}"
-    if st.status is Status.FAILED:
-        attempts = failure.attempts if failure is not None else st.attempts
-        return f"failed after {attempts} attempt{'' if attempts == 1 else 's'}: {why}"
-    if st.status is Status.RUNNING:
-        step = f"step {st.step!r} " if st.step else ""
-        return f"running {step}on {st.owner} (pass {st.token}) since {_when(st.since)}"
-    if st.status is Status.SLEEPING:
-        if failure is not None:
-            return f"retrying at {_when(st.until)} after attempt {failure.attempts}: {why}"
-        return f"sleeping until {_when(st.until)}"
-    if st.status is Status.BLOCKED:
-        return f"blocked on {', '.join(st.keys)}" if st.keys else "blocked"
-    if st.status is Status.CANCELLED:
-        return f"cancelled at {_when(st.updated_at)}"
-    return f"ready since {_when(st.updated_at)}"
 
 
 @dataclass
