@@ -340,6 +340,11 @@ async def _answer_lifecycle(
         await _reply(scheduler, delivery, None, outage, started)
         return
     n = began.attempts
+    held: Pass = holder
+
+    async def end(settlement: Settlement, when: datetime | None) -> None:
+        """Settle this pass, then answer for its delivery."""
+        await _settle_and_reply(lifecycle, scheduler, delivery, held, settlement, when, outage)
 
     def refund() -> Settlement:
         return Settlement(Status.SLEEPING, max(n - 1, 0), until=clock.now() + retry)
@@ -361,15 +366,7 @@ async def _answer_lifecycle(
                 ", ".join(k.name for k in serving.registry) or "no kinds",
                 retry,
             )
-        await _settle_and_reply(
-            lifecycle,
-            scheduler,
-            delivery,
-            holder,
-            refund(),
-            clock.now() + retry,
-            outage,
-        )
+        await end(refund(), clock.now() + retry)
         return
     policy = kind.policy
     if began.lost is not None:
@@ -391,15 +388,7 @@ async def _answer_lifecycle(
         )
         log.error("workflow %r: failed: %s", workflow, lost)
         ended = Settlement(Status.FAILED, n - 1, failure=lost)
-        await _settle_and_reply(
-            lifecycle,
-            scheduler,
-            delivery,
-            holder,
-            ended,
-            None,
-            outage,
-        )
+        await end(ended, None)
         return
     try:
         parsed = kind.parse(began.input)
@@ -407,15 +396,7 @@ async def _answer_lifecycle(
         refused = ParseFailed(workflow, "<input>", began.input, error)
         log.error("workflow %r: failed: kind %r refused its input: %s", workflow, kind.name, error)
         ended = Settlement(Status.FAILED, n, failure=failure_of(refused, n))
-        await _settle_and_reply(
-            lifecycle,
-            scheduler,
-            delivery,
-            holder,
-            ended,
-            None,
-            outage,
-        )
+        await end(ended, None)
         return
     checkpointer: Any = durable.checkpointer
     try:
@@ -429,15 +410,7 @@ async def _answer_lifecycle(
         )
     except Fenced as fenced:
         log.warning("workflow %r: pass stopped: %s; deferred by %s", workflow, fenced, retry)
-        await _settle_and_reply(
-            lifecycle,
-            scheduler,
-            delivery,
-            holder,
-            refund(),
-            clock.now() + retry,
-            outage,
-        )
+        await end(refund(), clock.now() + retry)
         return
     except asyncio.CancelledError:
         # The worker is stopping (its grace ran out) or was cancelled: the pass did nothing
@@ -458,48 +431,18 @@ async def _answer_lifecycle(
             # Give the attempt back if the store answers; if it does not, the delivery stays
             # out and the attempt stays counted, the one an outage longer than the pass's
             # liveness can cost.
-            await _settle_and_reply(
-                lifecycle,
-                scheduler,
-                delivery,
-                holder,
-                refund(),
-                clock.now() + retry,
-                outage,
-            )
+            await end(refund(), clock.now() + retry)
             return
-        await _failed(
-            lifecycle, scheduler, delivery, holder, kind, error, n, clock, outage, serving, retry
-        )
+        await _failed(end, workflow, kind, error, n, clock, serving)
         return
     if isinstance(outcome, Finished):
         try:
             ended = Settlement(Status.FINISHED, n, value=outcome.value)
             log.info("workflow %r: finished", workflow)
-            await _settle_and_reply(
-                lifecycle,
-                scheduler,
-                delivery,
-                holder,
-                ended,
-                None,
-                outage,
-            )
+            await end(ended, None)
         except UnencodableValue as error:
             # The body returned something the store cannot keep: the body's failure.
-            await _failed(
-                lifecycle,
-                scheduler,
-                delivery,
-                holder,
-                kind,
-                error,
-                n,
-                clock,
-                outage,
-                serving,
-                retry,
-            )
+            await _failed(end, workflow, kind, error, n, clock, serving)
         return
     if isinstance(outcome, Sleeping):
         log.info("workflow %r: sleeping until %s", workflow, outcome.until.isoformat())
@@ -510,7 +453,7 @@ async def _answer_lifecycle(
         log.info("workflow %r: blocked on %s", workflow, ", ".join(outcome.keys))
         ended = Settlement(Status.BLOCKED, 0, keys=outcome.keys)
         when = None
-    await _settle_and_reply(lifecycle, scheduler, delivery, holder, ended, when, outage)
+    await end(ended, when)
 
 
 def _bound(kind: Kind[Any, Any], parsed: object) -> Callable[[Run[Any]], Awaitable[object]]:
@@ -521,35 +464,23 @@ def _bound(kind: Kind[Any, Any], parsed: object) -> Callable[[Run[Any]], Awaitab
 
 
 async def _failed(
-    lifecycle: Lifecycle,
-    scheduler: Any,
-    delivery: Delivery,
-    holder: Pass,
+    end: Callable[[Settlement, datetime | None], Awaitable[None]],
+    workflow: str,
     kind: Kind[Any, Any],
     error: BaseException,
     n: int,
     clock: Clock,
-    outage: _Outage,
     serving: _Serving,
-    retry: timedelta,
 ) -> None:
-    """Attempt ``n`` raised ``error``: fail the workflow, or sleep it for the backoff."""
-    workflow = delivery.workflow
+    """Attempt ``n`` raised ``error``: fail the workflow, or sleep it for the backoff;
+    ``end`` settles the pass and answers for its delivery."""
     policy = kind.policy
     failure = failure_of(error, n)
     if policy.gives_up(error, n):
         why = "non-retryable" if n < policy.max_attempts else f"attempt {n} of {n}"
         log.error("workflow %r: failed (%s): %s", workflow, why, failure, exc_info=error)
         ended = Settlement(Status.FAILED, n, failure=failure)
-        await _settle_and_reply(
-            lifecycle,
-            scheduler,
-            delivery,
-            holder,
-            ended,
-            None,
-            outage,
-        )
+        await end(ended, None)
         return
     delay = policy.backoff(n) if serving.random is None else policy.backoff(n, serving.random)
     until = clock.now() + delay
@@ -563,7 +494,7 @@ async def _failed(
         exc_info=error,
     )
     ended = Settlement(Status.SLEEPING, n, failure=failure, until=until)
-    await _settle_and_reply(lifecycle, scheduler, delivery, holder, ended, until, outage)
+    await end(ended, until)
 
 
 async def _settle_and_reply(
