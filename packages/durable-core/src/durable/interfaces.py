@@ -402,11 +402,23 @@ class Scheduler(Protocol):
         ...
 
     async def next_ready(self, within: timedelta) -> Delivery | None:
-        """Take one runnable workflow, waiting up to ``within`` for one to appear."""
+        """Take one runnable workflow, waiting up to ``within`` for one to appear.
+
+        ``within`` must be a positive ``timedelta``: zero or a negative duration is refused
+        with a ``ValueError`` (a value of another type with a ``TypeError``;
+        ``durable.boundary.check_duration`` does both) and nothing is taken, as the
+        checkpointer refuses a non-positive liveness or budget. A worker looping on a zero
+        wait would spin on the store.
+        """
         ...
 
     async def reclaim(self, idle: timedelta) -> Delivery | None:
-        """Take over one delivery whose taker has not answered for ``idle``, if any."""
+        """Take over one delivery whose taker has not answered for ``idle``, if any.
+
+        ``idle`` must be a positive ``timedelta``, refused as ``within`` is otherwise and
+        nothing taken over: a zero ``idle`` would take every delivery in flight, however
+        live its taker.
+        """
         ...
 
     async def wake_at(self, delivery: Delivery, when: datetime) -> None:
