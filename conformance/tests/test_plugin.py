@@ -372,6 +372,31 @@ def test_without_durable_store_the_plugin_does_nothing(project: Any) -> None:
     assert "durable-conformance" not in "\n".join(result.outlines[:6]).split("plugins:")[0]
 
 
+def test_a_run_from_a_directory_without_an_ini_file_warns_of_nothing(
+    pytester: pytest.Pytester,
+) -> None:
+    """A store author certifies from wherever they are; pytest-asyncio's warning that its
+    fixture loop scope is unset must not greet them as if their store had to fix it."""
+    assert not any(pytester.path.glob("*.ini"))
+    assert not any(pytester.path.glob("*.toml"))
+    result = pytester.runpytest_subprocess(
+        "--durable-store=memory", "-p", "no:cacheprovider", "-k", "claim"
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, output[-2000:]
+    assert "PytestDeprecationWarning" not in output, output[:2000]
+    assert "asyncio_default_fixture_loop_scope=function" in output, output[:2000]
+
+
+def test_a_fixture_loop_scope_the_user_chose_is_kept(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = module\n")
+    result = pytester.runpytest_subprocess(
+        "--durable-store=memory", "-p", "no:cacheprovider", "-k", "claim"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    assert "asyncio_default_fixture_loop_scope=module" in result.stdout.str()
+
+
 def test_loading_the_plugin_imports_no_store_machinery() -> None:
     probe = (
         "import sys, durable_conformance.plugin\n"

@@ -176,6 +176,24 @@ def test_two_plugins_with_one_name_are_an_error(install: Install) -> None:
         plugins.for_url("twin://")
 
 
+def test_two_plugins_opening_one_scheme_are_an_error(install: Install) -> None:
+    install("left", plugin("left", "left", "shared", distribution="durable-left"))
+    install("right", plugin("right", "shared", "right", distribution="durable-right"))
+    broken = plugins.broken_stores()
+    for name in ("left", "right"):
+        assert "two plugins open shared:// URLs" in broken[name]
+        assert "'left' (durable-left)" in broken[name]
+        assert "'right' (durable-right)" in broken[name]
+        assert name not in plugins.stores()
+    with pytest.raises(BrokenStore, match=r"'shared://db'.*'left'.*'right'"):
+        plugins.for_url("shared://db")
+    # Neither is picked through its own scheme either: which store a URL reaches must not
+    # depend on which plugins happen to be installed beside it.
+    with pytest.raises(UnknownStore):
+        plugins.for_url("left://db")
+    assert "memory" in plugins.stores()
+
+
 def test_a_hook_that_answers_something_else_is_reported(install: Install) -> None:
     install("confused", "not a StorePlugin")
     assert any("not a StorePlugin" in reason for reason in plugins.broken_stores().values())

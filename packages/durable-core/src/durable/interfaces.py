@@ -206,8 +206,16 @@ class Interruption(BaseException):
 
 
 class Fenced(Interruption):
-    """The store refused a write: a newer pass was claimed, the workflow was discarded, or
-    this pass spent its budget. Stop this pass; whoever holds the newer token carries on."""
+    """The store refused this pass: stop it; whoever holds the newer token carries on.
+
+    A write (``record``, ``transact``, a settlement) is refused once the pass's token is
+    stale: a newer pass was claimed, the pass released its claim, or the workflow was
+    discarded. ``renew`` (and a lifecycle ``beat``) is refused for the same reasons, and
+    also once the pass has spent its budget. A spent budget alone does not refuse a write:
+    it frees the claim, so the pass learns of it at its next renew, or at its next write
+    after another pass has claimed. A write landing between the two is the stale pass's
+    last, and the next pass, which loads after it claims, reads it like any other record.
+    """
 
 
 class Contended(Interruption):
@@ -302,7 +310,9 @@ class Checkpointer(Protocol[Effect]):
         """Write ``value`` under ``key`` unless the key already holds one.
 
         Refuses a token below the highest issued for the workflow with ``Fenced``, writing
-        nothing. Never overwrites. Durable before it returns.
+        nothing. A pass whose budget ran out but that no newer pass has replaced yet is not
+        refused here: the budget is enforced by ``renew`` and by the claim it frees. Never
+        overwrites. Durable before it returns.
         """
         ...
 
@@ -402,11 +412,23 @@ class Scheduler(Protocol):
         ...
 
     async def next_ready(self, within: timedelta) -> Delivery | None:
-        """Take one runnable workflow, waiting up to ``within`` for one to appear."""
+        """Take one runnable workflow, waiting up to ``within`` for one to appear.
+
+        ``within`` must be a positive ``timedelta``: zero or a negative duration is refused
+        with a ``ValueError`` (a value of another type with a ``TypeError``;
+        ``durable.boundary.check_duration`` does both) and nothing is taken, as the
+        checkpointer refuses a non-positive liveness or budget. A worker looping on a zero
+        wait would spin on the store.
+        """
         ...
 
     async def reclaim(self, idle: timedelta) -> Delivery | None:
-        """Take over one delivery whose taker has not answered for ``idle``, if any."""
+        """Take over one delivery whose taker has not answered for ``idle``, if any.
+
+        ``idle`` must be a positive ``timedelta``, refused as ``within`` is otherwise and
+        nothing taken over: a zero ``idle`` would take every delivery in flight, however
+        live its taker.
+        """
         ...
 
     async def wake_at(self, delivery: Delivery, when: datetime) -> None:

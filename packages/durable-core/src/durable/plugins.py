@@ -176,7 +176,8 @@ class UnknownStore(StoreError, LookupError):
 
 
 class BrokenStore(StoreError):
-    """A store plugin is installed but could not be loaded, or two share one name."""
+    """A store plugin is installed but could not be loaded, or two share one name or one
+    URL scheme."""
 
 
 def lazy_exports(
@@ -223,6 +224,8 @@ def lazy_exports(
 class _Loaded:
     stores: dict[str, StorePlugin]
     broken: dict[str, str]
+    shared_schemes: dict[str, str] = field(default_factory=dict)
+    """Each URL scheme two or more stores claim, with why it opens nothing."""
 
 
 _manager: pluggy.PluginManager | None = None
@@ -299,7 +302,23 @@ def _collect(manager: pluggy.PluginManager) -> _Loaded:
         found[answer.name] = answer
     for name in list(broken):
         found.pop(name, None)
-    return _Loaded(dict(sorted(found.items())), broken)
+    # A scheme two stores claim opens neither: picking one (the first by name, say) would
+    # quietly run a URL meant for one store against the other, which is worse than refusing.
+    claims: dict[str, list[StorePlugin]] = {}
+    for answer in sorted(found.values(), key=lambda p: p.name):
+        for scheme in dict.fromkeys(answer.schemes):
+            claims.setdefault(scheme, []).append(answer)
+    shared: dict[str, str] = {}
+    for scheme, claimants in claims.items():
+        if len(claimants) < 2:
+            continue
+        who = " and ".join(f"{p.name!r} ({p.distribution})" for p in claimants)
+        shared[scheme] = f"two plugins open {scheme}:// URLs: {who}; uninstall one"
+        for claimant in claimants:
+            broken[claimant.name] = shared[scheme]
+    for name in list(broken):
+        found.pop(name, None)
+    return _Loaded(dict(sorted(found.items())), broken, shared)
 
 
 _answered: tuple[frozenset[int], _Loaded] | None = None
@@ -375,6 +394,9 @@ def for_url(url: str) -> StorePlugin:
     scheme = urlsplit(url).scheme
     if not scheme:
         raise UnknownStore(f"{url!r} has no scheme (like sqlite:///path.db); {_install_hint()}")
+    shared = _state().shared_schemes.get(scheme)
+    if shared is not None:
+        raise BrokenStore(f"no store opens {url!r}: {shared}")
     for plugin in stores().values():
         if scheme in plugin.schemes:
             return plugin
