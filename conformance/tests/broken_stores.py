@@ -370,6 +370,19 @@ class ReinstatesCancelled(MemoryScheduler):
         self._changed.set()
 
 
+class ShortLease(MemoryScheduler):
+    """A taken delivery is hidden for a tenth of the lease (milliseconds read as seconds)."""
+
+    def _take(self) -> Delivery | None:
+        delivery = super()._take()
+        if delivery is not None:
+            self._entries[delivery.workflow] = (
+                self.clock.now() + self._lease / 10,
+                delivery.receipt,
+            )
+        return delivery
+
+
 # -- the plugins -------------------------------------------------------------------------------
 
 
@@ -476,6 +489,9 @@ FORGETS_WAKEUP = Broken(
 )
 REINSTATES = Broken(
     "reinstates", scheduler=ReinstatesCancelled, breaks="reinstates a cancelled workflow"
+)
+SHORT_LEASE = Broken(
+    "short-lease", scheduler=ShortLease, breaks="hides a taken delivery for a tenth of its lease"
 )
 LIFTS_BUDGET = Broken("lifts-budget", checkpointer=LiftsBudget, breaks="renew lifts the budget")
 STALE_RELEASE = Broken(

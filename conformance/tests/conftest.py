@@ -39,6 +39,7 @@ BROKEN = {
     "forgets-wakeup": "FORGETS_WAKEUP",
     "reinstates": "REINSTATES",
     "lifts-budget": "LIFTS_BUDGET",
+    "short-lease": "SHORT_LEASE",
     "stale-release": "STALE_RELEASE",
     "half-commits": "HALF_COMMITS",
     "two-winners": "TWO_WINNERS",

@@ -131,6 +131,11 @@ CASES = [
         "scheduler.cancelled-is-not-reinstated",
         "test_scheduler_wake_at or test_scheduler_a_cancelled or test_scheduler_cancel",
     ),
+    Case(
+        "short-lease",
+        "scheduler.lease-hides-a-taken-delivery",
+        "test_scheduler_a_taken or test_scheduler_a_delivery_whose",
+    ),
     Case("lifts-budget", "renew.never-lifts-budget", "test_renew or test_claim"),
     Case(
         "stale-release",

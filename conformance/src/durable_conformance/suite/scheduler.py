@@ -31,6 +31,9 @@ from durable_conformance.suite._support import (
 SHORT_LEASE = timedelta(seconds=1)
 """The lease the suite opens a scheduler with where it must watch one run out."""
 
+WATCHED_LEASE = timedelta(seconds=2)
+"""The lease the suite opens a scheduler with where it must watch one being honoured."""
+
 PROMPTLY = 3.0
 """Seconds within which a workflow that is runnable now must be delivered."""
 
@@ -109,6 +112,26 @@ async def test_scheduler_a_taken_delivery_is_hidden_from_other_consumers(
     async with store.handles(2) as handles:
         seen = await delivered_during(handles[-1].scheduler, window)
     assert [d.workflow for d in seen] == [], "a delivery still out was handed to another consumer"
+
+
+@requirement("scheduler.lease-hides-a-taken-delivery")
+async def test_scheduler_a_taken_delivery_stays_hidden_for_its_whole_lease(
+    store: StoreUnderTest,
+) -> None:
+    """A taken delivery, unanswered, is handed to no other consumer until its lease has run
+    out: not at a tenth of it, not past half of it."""
+    async with store.with_options(lease=WATCHED_LEASE) as opened:
+        wf = store.workflow()
+        loop = asyncio.get_running_loop()
+        taken_at = loop.time()
+        await _taken(opened.scheduler, wf)
+        lease = opened.scheduler.lease.total_seconds()
+        window = lease * 0.6 - (loop.time() - taken_at)
+        seen = await delivered_during(opened.scheduler, window)
+    assert [d.workflow for d in seen] == [], (
+        f"{wf!r}, taken and unanswered, was handed out again within "
+        f"{lease * 0.6:.1f} s of a {lease:.1f} s lease"
+    )
 
 
 @requirement("scheduler.dead-taker-redelivered")

@@ -390,7 +390,12 @@ class Scheduler(Protocol):
 
     @property
     def lease(self) -> timedelta:
-        """How long a taken delivery stays hidden before it may be handed out again."""
+        """How long a taken delivery stays hidden before it may be handed out again.
+
+        Not less: until the lease has run out, ``next_ready`` on any handle hands the
+        delivery to no one else (``reclaim`` may, once its taker has not answered for the
+        ``idle`` asked). A store that hid it for less would run one pass twice at once.
+        """
         ...
 
     async def prepare(self) -> None:
