@@ -383,6 +383,20 @@ class ShortLease(MemoryScheduler):
         return delivery
 
 
+class ReclaimsAnyTaken(MemoryScheduler):
+    """reclaim takes over any delivery that is out, however recently it was taken."""
+
+    async def reclaim(self, idle: timedelta) -> Delivery | None:
+        check_duration("idle", idle)
+        await asyncio.sleep(0)
+        for workflow, (_, receipt) in self._entries.items():
+            if receipt is not None:
+                again = Delivery(workflow, str(next(self._receipts)))
+                self._entries[workflow] = (self.clock.now() + self._lease, again.receipt)
+                return again
+        return None
+
+
 # -- the plugins -------------------------------------------------------------------------------
 
 
@@ -492,6 +506,9 @@ REINSTATES = Broken(
 )
 SHORT_LEASE = Broken(
     "short-lease", scheduler=ShortLease, breaks="hides a taken delivery for a tenth of its lease"
+)
+RECLAIMS_ANY = Broken(
+    "reclaims-any", scheduler=ReclaimsAnyTaken, breaks="reclaim takes any taken delivery"
 )
 LIFTS_BUDGET = Broken("lifts-budget", checkpointer=LiftsBudget, breaks="renew lifts the budget")
 STALE_RELEASE = Broken(

@@ -40,6 +40,7 @@ BROKEN = {
     "reinstates": "REINSTATES",
     "lifts-budget": "LIFTS_BUDGET",
     "short-lease": "SHORT_LEASE",
+    "reclaims-any": "RECLAIMS_ANY",
     "stale-release": "STALE_RELEASE",
     "half-commits": "HALF_COMMITS",
     "two-winners": "TWO_WINNERS",

@@ -136,6 +136,11 @@ CASES = [
         "scheduler.lease-hides-a-taken-delivery",
         "test_scheduler_a_taken or test_scheduler_a_delivery_whose",
     ),
+    Case(
+        "reclaims-any",
+        "scheduler.reclaim-spares-a-live-taker",
+        "test_scheduler_reclaim or test_scheduler_a_delivery_whose or test_scheduler_done",
+    ),
     Case("lifts-budget", "renew.never-lifts-budget", "test_renew or test_claim"),
     Case(
         "stale-release",

@@ -134,6 +134,30 @@ async def test_scheduler_a_taken_delivery_stays_hidden_for_its_whole_lease(
     )
 
 
+@requirement("scheduler.reclaim-spares-a-live-taker")
+async def test_scheduler_reclaim_never_takes_a_delivery_taken_less_than_idle_ago(
+    store: StoreUnderTest,
+) -> None:
+    """reclaim takes over only a delivery whose taker has not answered for ``idle``: one
+    taken moments ago is left with its taker, on every handle."""
+    wf = store.workflow()
+    idle = min(5.0, store.scheduler.lease.total_seconds())
+    loop = asyncio.get_running_loop()
+    taken_at = loop.time()
+    await _taken(store.scheduler, wf)
+    taken_over: list[Delivery] = []
+    async with store.handles(2) as handles:
+        while loop.time() - taken_at < idle / 2:
+            for handle in handles:
+                delivery = await handle.scheduler.reclaim(seconds(idle))
+                if delivery is not None:
+                    taken_over.append(delivery)
+            await asyncio.sleep(0.05)
+    assert [d.workflow for d in taken_over] == [], (
+        f"reclaim({idle:.1f} s) took over {wf!r}, taken less than {idle / 2:.1f} s ago"
+    )
+
+
 @requirement("scheduler.dead-taker-redelivered")
 async def test_scheduler_a_delivery_whose_taker_died_is_delivered_again(
     store: StoreUnderTest,

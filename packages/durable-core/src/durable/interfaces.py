@@ -411,7 +411,11 @@ class Scheduler(Protocol):
         ...
 
     async def reclaim(self, idle: timedelta) -> Delivery | None:
-        """Take over one delivery whose taker has not answered for ``idle``, if any."""
+        """Take over one delivery whose taker has not answered for ``idle``, if any.
+
+        Never one taken (or answered for) less than ``idle`` ago: its taker is alive as far
+        as anyone can tell, and taking it over would run one pass twice at once.
+        """
         ...
 
     async def wake_at(self, delivery: Delivery, when: datetime) -> None:
