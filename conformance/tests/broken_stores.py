@@ -397,6 +397,27 @@ class ReclaimsAnyTaken(MemoryScheduler):
         return None
 
 
+class PicksThenHides(MemoryScheduler):
+    """next_ready picks a runnable workflow, then hides it, in two round trips."""
+
+    async def next_ready(self, within: timedelta) -> Delivery | None:
+        check_duration("within", within)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + within.total_seconds()
+        while True:
+            now = self.clock.now()
+            due = [(at, wf) for wf, (at, _) in self._entries.items() if at <= now]
+            if due:
+                _, workflow = min(due)
+                await asyncio.sleep(0)
+                receipt = str(next(self._receipts))
+                self._entries[workflow] = (now + self._lease, receipt)
+                return Delivery(workflow, receipt)
+            if loop.time() >= give_up:
+                return None
+            await asyncio.sleep(0.02)
+
+
 # -- the plugins -------------------------------------------------------------------------------
 
 
@@ -509,6 +530,9 @@ SHORT_LEASE = Broken(
 )
 RECLAIMS_ANY = Broken(
     "reclaims-any", scheduler=ReclaimsAnyTaken, breaks="reclaim takes any taken delivery"
+)
+PICKS_THEN_HIDES = Broken(
+    "picks-then-hides", scheduler=PicksThenHides, breaks="next_ready picks, then hides"
 )
 LIFTS_BUDGET = Broken("lifts-budget", checkpointer=LiftsBudget, breaks="renew lifts the budget")
 STALE_RELEASE = Broken(

@@ -41,6 +41,7 @@ BROKEN = {
     "lifts-budget": "LIFTS_BUDGET",
     "short-lease": "SHORT_LEASE",
     "reclaims-any": "RECLAIMS_ANY",
+    "picks-then-hides": "PICKS_THEN_HIDES",
     "stale-release": "STALE_RELEASE",
     "half-commits": "HALF_COMMITS",
     "two-winners": "TWO_WINNERS",

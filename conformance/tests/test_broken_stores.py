@@ -141,6 +141,11 @@ CASES = [
         "scheduler.reclaim-spares-a-live-taker",
         "test_scheduler_reclaim or test_scheduler_a_delivery_whose or test_scheduler_done",
     ),
+    Case(
+        "picks-then-hides",
+        "scheduler.one-delivery-one-taker",
+        "test_scheduler_concurrent or test_scheduler_thousands",
+    ),
     Case("lifts-budget", "renew.never-lifts-budget", "test_renew or test_claim"),
     Case(
         "stale-release",

@@ -158,6 +158,34 @@ async def test_scheduler_reclaim_never_takes_a_delivery_taken_less_than_idle_ago
     )
 
 
+@requirement("scheduler.one-delivery-one-taker")
+async def test_scheduler_concurrent_takers_are_each_handed_a_different_delivery(
+    store: StoreUnderTest,
+) -> None:
+    """Many takers on several handles racing next_ready, none answering: each workflow made
+    ready once is handed to exactly one of them."""
+    tag = store.workflow("race")
+    ids = [f"{tag}-{i}" for i in range(60)]
+    handed: Counter[str] = Counter()
+    loop = asyncio.get_running_loop()
+    async with store.handles(4) as handles:
+        for wf in ids:
+            await store.scheduler.make_ready(wf)
+        give_up = loop.time() + PATIENCE
+
+        async def take(scheduler: Scheduler) -> None:
+            while sum(handed.values()) < len(ids) and loop.time() < give_up:
+                delivery = await scheduler.next_ready(seconds(0.1))
+                if delivery is not None:
+                    handed[delivery.workflow] += 1
+
+        await asyncio.gather(*(take(h.scheduler) for h in handles for _ in range(4)))
+    twice = sorted(wf for wf, n in handed.items() if n > 1)
+    assert twice == [], f"{len(twice)} deliveries were handed to two takers, e.g. {twice[:3]}"
+    never = sorted(set(ids) - set(handed))
+    assert never == [], f"{len(never)} workflows made ready were never delivered"
+
+
 @requirement("scheduler.dead-taker-redelivered")
 async def test_scheduler_a_delivery_whose_taker_died_is_delivered_again(
     store: StoreUnderTest,

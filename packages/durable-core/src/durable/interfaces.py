@@ -407,7 +407,11 @@ class Scheduler(Protocol):
         ...
 
     async def next_ready(self, within: timedelta) -> Delivery | None:
-        """Take one runnable workflow, waiting up to ``within`` for one to appear."""
+        """Take one runnable workflow, waiting up to ``within`` for one to appear.
+
+        Taking is one step: concurrent takers, on any handles, are never handed the same
+        delivery, so a workflow made ready once goes to exactly one of them.
+        """
         ...
 
     async def reclaim(self, idle: timedelta) -> Delivery | None:
