@@ -14,6 +14,7 @@ anywhere a user could reach them.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -141,6 +142,30 @@ class RestampsHistory(MemoryCheckpointer):
         if existing is not None:
             existing.at = self.clock.now()
         return super()._write(workflow, key, encoded)
+
+
+class StampsBeforeSending(MemoryCheckpointer):
+    """supply and append stamp with the caller's clock, read before the round trip."""
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        check_workflow(workflow)
+        stamp = self.clock.now()
+        await asyncio.sleep(random.uniform(0, 0.05))
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        first = key not in self._records.get(workflow, {})
+        written = self._write(workflow, key, encoded)
+        if first:
+            self._records[workflow][key].at = stamp
+        return written.value
+
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        check_workflow(workflow)
+        stamp = self.clock.now()
+        await asyncio.sleep(random.uniform(0, 0.05))
+        encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
+        key = self._append_now(workflow, encoded, message_id)
+        self._records[workflow][key].at = stamp
+        return key
 
 
 class DeletesClaimOnDiscard(MemoryCheckpointer):
@@ -533,6 +558,11 @@ RECLAIMS_ANY = Broken(
 )
 PICKS_THEN_HIDES = Broken(
     "picks-then-hides", scheduler=PicksThenHides, breaks="next_ready picks, then hides"
+)
+STAMPS_BEFORE_SENDING = Broken(
+    "stamps-before-sending",
+    checkpointer=StampsBeforeSending,
+    breaks="stamps history with the caller's clock before an await",
 )
 LIFTS_BUDGET = Broken("lifts-budget", checkpointer=LiftsBudget, breaks="renew lifts the budget")
 STALE_RELEASE = Broken(

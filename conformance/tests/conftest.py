@@ -42,6 +42,7 @@ BROKEN = {
     "short-lease": "SHORT_LEASE",
     "reclaims-any": "RECLAIMS_ANY",
     "picks-then-hides": "PICKS_THEN_HIDES",
+    "stamps-before-sending": "STAMPS_BEFORE_SENDING",
     "stale-release": "STALE_RELEASE",
     "half-commits": "HALF_COMMITS",
     "two-winners": "TWO_WINNERS",

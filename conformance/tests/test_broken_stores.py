@@ -146,6 +146,7 @@ CASES = [
         "scheduler.one-delivery-one-taker",
         "test_scheduler_concurrent or test_scheduler_thousands",
     ),
+    Case("stamps-before-sending", "history.times-follow-load-order", "test_history"),
     Case("lifts-budget", "renew.never-lifts-budget", "test_renew or test_claim"),
     Case(
         "stale-release",

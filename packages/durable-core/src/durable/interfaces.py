@@ -273,7 +273,12 @@ class Checkpointer(Protocol[Effect]):
 
     async def history(self, workflow: str) -> list[Entry]:
         """The records ``load`` returns, in the same order, each stamped with the store's
-        clock at its winning write."""
+        clock at its winning write.
+
+        Times do not go backwards along that order, within the clock's resolution, however
+        many writers raced: the stamp is read where the write lands, not by a caller before
+        it sent the write, so a record placed after another was not stamped before it.
+        """
         ...
 
     async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
