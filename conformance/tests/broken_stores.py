@@ -14,6 +14,7 @@ anywhere a user could reach them.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -141,6 +142,30 @@ class RestampsHistory(MemoryCheckpointer):
         if existing is not None:
             existing.at = self.clock.now()
         return super()._write(workflow, key, encoded)
+
+
+class StampsBeforeSending(MemoryCheckpointer):
+    """supply and append stamp with the caller's clock, read before the round trip."""
+
+    async def supply(self, workflow: str, key: str, value: object) -> object:
+        check_workflow(workflow)
+        stamp = self.clock.now()
+        await asyncio.sleep(random.uniform(0, 0.05))
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        first = key not in self._records.get(workflow, {})
+        written = self._write(workflow, key, encoded)
+        if first:
+            self._records[workflow][key].at = stamp
+        return written.value
+
+    async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
+        check_workflow(workflow)
+        stamp = self.clock.now()
+        await asyncio.sleep(random.uniform(0, 0.05))
+        encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
+        key = self._append_now(workflow, encoded, message_id)
+        self._records[workflow][key].at = stamp
+        return key
 
 
 class DeletesClaimOnDiscard(MemoryCheckpointer):
@@ -370,6 +395,54 @@ class ReinstatesCancelled(MemoryScheduler):
         self._changed.set()
 
 
+class ShortLease(MemoryScheduler):
+    """A taken delivery is hidden for a tenth of the lease (milliseconds read as seconds)."""
+
+    def _take(self) -> Delivery | None:
+        delivery = super()._take()
+        if delivery is not None:
+            self._entries[delivery.workflow] = (
+                self.clock.now() + self._lease / 10,
+                delivery.receipt,
+            )
+        return delivery
+
+
+class ReclaimsAnyTaken(MemoryScheduler):
+    """reclaim takes over any delivery that is out, however recently it was taken."""
+
+    async def reclaim(self, idle: timedelta) -> Delivery | None:
+        check_duration("idle", idle)
+        await asyncio.sleep(0)
+        for workflow, (_, receipt) in self._entries.items():
+            if receipt is not None:
+                again = Delivery(workflow, str(next(self._receipts)))
+                self._entries[workflow] = (self.clock.now() + self._lease, again.receipt)
+                return again
+        return None
+
+
+class PicksThenHides(MemoryScheduler):
+    """next_ready picks a runnable workflow, then hides it, in two round trips."""
+
+    async def next_ready(self, within: timedelta) -> Delivery | None:
+        check_duration("within", within)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + within.total_seconds()
+        while True:
+            now = self.clock.now()
+            due = [(at, wf) for wf, (at, _) in self._entries.items() if at <= now]
+            if due:
+                _, workflow = min(due)
+                await asyncio.sleep(0)
+                receipt = str(next(self._receipts))
+                self._entries[workflow] = (now + self._lease, receipt)
+                return Delivery(workflow, receipt)
+            if loop.time() >= give_up:
+                return None
+            await asyncio.sleep(0.02)
+
+
 # -- the plugins -------------------------------------------------------------------------------
 
 
@@ -476,6 +549,20 @@ FORGETS_WAKEUP = Broken(
 )
 REINSTATES = Broken(
     "reinstates", scheduler=ReinstatesCancelled, breaks="reinstates a cancelled workflow"
+)
+SHORT_LEASE = Broken(
+    "short-lease", scheduler=ShortLease, breaks="hides a taken delivery for a tenth of its lease"
+)
+RECLAIMS_ANY = Broken(
+    "reclaims-any", scheduler=ReclaimsAnyTaken, breaks="reclaim takes any taken delivery"
+)
+PICKS_THEN_HIDES = Broken(
+    "picks-then-hides", scheduler=PicksThenHides, breaks="next_ready picks, then hides"
+)
+STAMPS_BEFORE_SENDING = Broken(
+    "stamps-before-sending",
+    checkpointer=StampsBeforeSending,
+    breaks="stamps history with the caller's clock before an await",
 )
 LIFTS_BUDGET = Broken("lifts-budget", checkpointer=LiftsBudget, breaks="renew lifts the budget")
 STALE_RELEASE = Broken(

@@ -131,6 +131,22 @@ CASES = [
         "scheduler.cancelled-is-not-reinstated",
         "test_scheduler_wake_at or test_scheduler_a_cancelled or test_scheduler_cancel",
     ),
+    Case(
+        "short-lease",
+        "scheduler.lease-hides-a-taken-delivery",
+        "test_scheduler_a_taken or test_scheduler_a_delivery_whose",
+    ),
+    Case(
+        "reclaims-any",
+        "scheduler.reclaim-spares-a-live-taker",
+        "test_scheduler_reclaim or test_scheduler_a_delivery_whose or test_scheduler_done",
+    ),
+    Case(
+        "picks-then-hides",
+        "scheduler.one-delivery-one-taker",
+        "test_scheduler_concurrent or test_scheduler_thousands",
+    ),
+    Case("stamps-before-sending", "history.times-follow-load-order", "test_history"),
     Case("lifts-budget", "renew.never-lifts-budget", "test_renew or test_claim"),
     Case(
         "stale-release",

@@ -9,6 +9,7 @@ every write would report a replayed step as having run at the moment of the repl
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import UTC, timedelta
 
 from durable_conformance import requirement
@@ -88,3 +89,43 @@ async def test_history_a_replayed_or_losing_write_does_not_restamp(store: StoreU
         "later writes to it: a replay restamped it"
     )
     assert entries[1].at > entries[0].at, "a record written 50 ms later was not stamped later"
+
+
+RESOLUTION = timedelta(milliseconds=5)
+"""How far a later record's stamp may sit before an earlier one's: a clock's resolution
+and the gap between a store placing a record and reading its clock, never a round trip."""
+
+
+@requirement("history.times-follow-load-order")
+async def test_history_times_do_not_go_backwards_along_load_order_under_concurrent_writers(
+    store: StoreUnderTest,
+) -> None:
+    """Many writers on several handles supplying and appending to one workflow at once: along
+    history's order (load's), no record is stamped before the one placed ahead of it, beyond
+    the clock's resolution."""
+    wf = store.workflow()
+    async with store.handles(4) as handles:
+
+        async def write(i: int) -> None:
+            cp = handles[i % len(handles)].checkpointer
+            for j in range(5):
+                if j % 2:
+                    await cp.append(wf, f"message {i}.{j}")
+                else:
+                    await cp.supply(wf, f"key-{i}-{j}", j)
+
+        await asyncio.gather(*(write(i) for i in range(16)))
+    entries = await store.checkpointer.history(wf)
+    assert len(entries) == 16 * 5
+    backwards = [
+        (before.key, before.at, after.key, after.at)
+        for before, after in itertools.pairwise(entries)
+        if after.at < before.at - RESOLUTION
+    ]
+    assert backwards == [], (
+        f"{len(backwards)} records are stamped before the record ahead of them in load "
+        f"order, e.g. {backwards[0][2]!r} at {backwards[0][3]} after {backwards[0][0]!r} at "
+        f"{backwards[0][1]}"
+        if backwards
+        else ""
+    )

@@ -31,6 +31,9 @@ from durable_conformance.suite._support import (
 SHORT_LEASE = timedelta(seconds=1)
 """The lease the suite opens a scheduler with where it must watch one run out."""
 
+WATCHED_LEASE = timedelta(seconds=2)
+"""The lease the suite opens a scheduler with where it must watch one being honoured."""
+
 PROMPTLY = 3.0
 """Seconds within which a workflow that is runnable now must be delivered."""
 
@@ -109,6 +112,78 @@ async def test_scheduler_a_taken_delivery_is_hidden_from_other_consumers(
     async with store.handles(2) as handles:
         seen = await delivered_during(handles[-1].scheduler, window)
     assert [d.workflow for d in seen] == [], "a delivery still out was handed to another consumer"
+
+
+@requirement("scheduler.lease-hides-a-taken-delivery")
+async def test_scheduler_a_taken_delivery_stays_hidden_for_its_whole_lease(
+    store: StoreUnderTest,
+) -> None:
+    """A taken delivery, unanswered, is handed to no other consumer until its lease has run
+    out: not at a tenth of it, not past half of it."""
+    async with store.with_options(lease=WATCHED_LEASE) as opened:
+        wf = store.workflow()
+        loop = asyncio.get_running_loop()
+        taken_at = loop.time()
+        await _taken(opened.scheduler, wf)
+        lease = opened.scheduler.lease.total_seconds()
+        window = lease * 0.6 - (loop.time() - taken_at)
+        seen = await delivered_during(opened.scheduler, window)
+    assert [d.workflow for d in seen] == [], (
+        f"{wf!r}, taken and unanswered, was handed out again within "
+        f"{lease * 0.6:.1f} s of a {lease:.1f} s lease"
+    )
+
+
+@requirement("scheduler.reclaim-spares-a-live-taker")
+async def test_scheduler_reclaim_never_takes_a_delivery_taken_less_than_idle_ago(
+    store: StoreUnderTest,
+) -> None:
+    """reclaim takes over only a delivery whose taker has not answered for ``idle``: one
+    taken moments ago is left with its taker, on every handle."""
+    wf = store.workflow()
+    idle = min(5.0, store.scheduler.lease.total_seconds())
+    loop = asyncio.get_running_loop()
+    taken_at = loop.time()
+    await _taken(store.scheduler, wf)
+    taken_over: list[Delivery] = []
+    async with store.handles(2) as handles:
+        while loop.time() - taken_at < idle / 2:
+            for handle in handles:
+                delivery = await handle.scheduler.reclaim(seconds(idle))
+                if delivery is not None:
+                    taken_over.append(delivery)
+            await asyncio.sleep(0.05)
+    assert [d.workflow for d in taken_over] == [], (
+        f"reclaim({idle:.1f} s) took over {wf!r}, taken less than {idle / 2:.1f} s ago"
+    )
+
+
+@requirement("scheduler.one-delivery-one-taker")
+async def test_scheduler_concurrent_takers_are_each_handed_a_different_delivery(
+    store: StoreUnderTest,
+) -> None:
+    """Many takers on several handles racing next_ready, none answering: each workflow made
+    ready once is handed to exactly one of them."""
+    tag = store.workflow("race")
+    ids = [f"{tag}-{i}" for i in range(60)]
+    handed: Counter[str] = Counter()
+    loop = asyncio.get_running_loop()
+    async with store.handles(4) as handles:
+        for wf in ids:
+            await store.scheduler.make_ready(wf)
+        give_up = loop.time() + PATIENCE
+
+        async def take(scheduler: Scheduler) -> None:
+            while sum(handed.values()) < len(ids) and loop.time() < give_up:
+                delivery = await scheduler.next_ready(seconds(0.1))
+                if delivery is not None:
+                    handed[delivery.workflow] += 1
+
+        await asyncio.gather(*(take(h.scheduler) for h in handles for _ in range(4)))
+    twice = sorted(wf for wf, n in handed.items() if n > 1)
+    assert twice == [], f"{len(twice)} deliveries were handed to two takers, e.g. {twice[:3]}"
+    never = sorted(set(ids) - set(handed))
+    assert never == [], f"{len(never)} workflows made ready were never delivered"
 
 
 @requirement("scheduler.dead-taker-redelivered")

@@ -281,7 +281,12 @@ class Checkpointer(Protocol[Effect]):
 
     async def history(self, workflow: str) -> list[Entry]:
         """The records ``load`` returns, in the same order, each stamped with the store's
-        clock at its winning write."""
+        clock at its winning write.
+
+        Times do not go backwards along that order, within the clock's resolution, however
+        many writers raced: the stamp is read where the write lands, not by a caller before
+        it sent the write, so a record placed after another was not stamped before it.
+        """
         ...
 
     async def claim(self, workflow: str, *, liveness: timedelta, budget: timedelta) -> Pass | None:
@@ -400,7 +405,12 @@ class Scheduler(Protocol):
 
     @property
     def lease(self) -> timedelta:
-        """How long a taken delivery stays hidden before it may be handed out again."""
+        """How long a taken delivery stays hidden before it may be handed out again.
+
+        Not less: until the lease has run out, ``next_ready`` on any handle hands the
+        delivery to no one else (``reclaim`` may, once its taker has not answered for the
+        ``idle`` asked). A store that hid it for less would run one pass twice at once.
+        """
         ...
 
     async def prepare(self) -> None:
@@ -414,6 +424,9 @@ class Scheduler(Protocol):
     async def next_ready(self, within: timedelta) -> Delivery | None:
         """Take one runnable workflow, waiting up to ``within`` for one to appear.
 
+        Taking is one step: concurrent takers, on any handles, are never handed the same
+        delivery, so a workflow made ready once goes to exactly one of them.
+
         ``within`` must be a positive ``timedelta``: zero or a negative duration is refused
         with a ``ValueError`` (a value of another type with a ``TypeError``;
         ``durable.boundary.check_duration`` does both) and nothing is taken, as the
@@ -424,6 +437,9 @@ class Scheduler(Protocol):
 
     async def reclaim(self, idle: timedelta) -> Delivery | None:
         """Take over one delivery whose taker has not answered for ``idle``, if any.
+
+        Never one taken (or answered for) less than ``idle`` ago: its taker is alive as far
+        as anyone can tell, and taking it over would run one pass twice at once.
 
         ``idle`` must be a positive ``timedelta``, refused as ``within`` is otherwise and
         nothing taken over: a zero ``idle`` would take every delivery in flight, however
