@@ -140,13 +140,14 @@ class Certification:
                 run.probe()
             plugin = run.plugin
             capabilities = ", ".join(sorted(plugin.capabilities)) or "none"
-            # The reason is said once, with the verdict, where a -q run shows it too.
+            # An unreachable server's reason is said once, with the verdict, where a -q run
+            # shows it too; a failing hook is a bug to fix, and is named at once as well.
             server = run.server or (
                 "not probed (--collect-only)"
                 if collect_only
                 else "could not run (the reason ends the run)"
                 if run.unreachable
-                else "its testing hook failed (the reason ends the run)"
+                else f"none, the testing hook failed: {run.hook_failed}"
             )
             lines.append(
                 f"durable store {plugin.name}: {describe(plugin)}; capabilities: {capabilities}; "
@@ -183,6 +184,11 @@ class Certification:
             if run.hook_traceback is not None:
                 tr.write_line(f"the testing hook of store {run.name!r} failed:")
                 tr.write_line(run.hook_traceback.rstrip())
+                tr.write_line("")
+            for line, (first, count) in run.hook_failures.items():
+                tests = f"{count} test{'s' if count > 1 else ''}"
+                tr.write_line(f"store {run.name!r}: {line}, failing {tests}; the first time:")
+                tr.write_line(first.rstrip())
                 tr.write_line("")
         table = self.results.table()
         for line in table:

@@ -5,8 +5,11 @@ patterns, so that it runs the same from any directory, inside a project whose ow
 ``python_files``, ``python_functions`` or ``asyncio_mode`` say something else entirely,
 and without collecting the project's own tests. Each test runs on an event loop of its
 own (``asyncio.Runner``), so no asyncio plugin's mode or loop scope reaches it, inside a
-fresh testbed from the store's ``testing`` hook, and under a timeout, so that a broken
-store fails a test rather than hanging the run.
+fresh testbed from the store's ``testing`` hook, and under a deadline that holds even
+against code that never gives the loop back (:mod:`durable_conformance.deadline`), so that
+a broken store fails a test rather than hanging the run. A test that ran out of time, or
+whose testing hook raised, fails in one line: the traceback would only show the suite's
+machinery, and a hook's own is shown once, at the end of the run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from durable.interfaces import StoreError
 from durable.plugins import StorePlugin
 
 from durable_conformance import suite
-from durable_conformance.report import COULD_NOT_RUN, NOT_OFFERED
+from durable_conformance.deadline import CEILING, Deadline, Overrun
+from durable_conformance.report import COULD_NOT_RUN, FAILED_BECAUSE, NOT_OFFERED, TIMED_OUT
 from durable_conformance.requirements import (
     MARK,
     Requirement,
@@ -41,11 +45,12 @@ from durable_conformance.stores import redact, scrub
 from durable_conformance.subject import (
     CouldNotRun,
     DeclaredButUnimplemented,
+    HookFailed,
     NotOffered,
     StoreUnderTest,
 )
 
-__all__ = ["NODE_PREFIX", "StoreRun", "SuiteCollector", "suite_modules"]
+__all__ = ["NODE_PREFIX", "StoreRun", "SuiteCollector", "TimedOut", "suite_modules"]
 
 NODE_PREFIX = "durable_conformance/suite"
 """Every suite test's node id starts with this, wherever the package is installed, so a
@@ -71,6 +76,10 @@ def _unreachable(error: BaseException) -> bool:
         seen.add(id(found))
         found = found.__cause__ or found.__context__
     return False
+
+
+class TimedOut(AssertionError):
+    """A test that did not finish within ``--durable-timeout``. A failure."""
 
 
 def suite_modules() -> list[ModuleType]:
@@ -102,6 +111,10 @@ class StoreRun:
         missing server): the store is failed, its tests not run."""
         self.hook_traceback: str | None = None
         """That failure's traceback, printed once at the end of the run."""
+        self.hook_failures: dict[str, tuple[str, int]] = {}
+        """A testing hook (or ``reopen``) that opened the probe's testbed and then raised
+        during the run: each distinct one-line error, with the first traceback of it and
+        how many tests it failed. Each test fails in one line; the traceback is shown once."""
         self.cannot_start: str | None = None
         """Why the testing hook could not give a testbed, once it has failed to during the
         run (a server that went away after the probe): every later test of the store could
@@ -132,9 +145,16 @@ class StoreRun:
             async with AsyncExitStack() as stack:
                 await self._testbed(stack)
 
+        deadline = Deadline(self.probe_timeout)
         try:
-            with asyncio.Runner() as runner:
+            with deadline, asyncio.Runner() as runner:
+                deadline.watch(runner.get_loop())
                 runner.run(asyncio.wait_for(peek(), self.probe_timeout))
+        except Overrun as overrun:
+            self.hook_failed = (
+                f"no testbed within {self.probe_timeout:g} s (--durable-probe-timeout), and the "
+                f"event loop was never given back: stopped in {overrun.where}"
+            )
         except CouldNotRun as why:
             self.unreachable = self._one_line(str(why))
         except TimeoutError:
@@ -145,6 +165,8 @@ class StoreRun:
         except Exception as error:
             # A hook failing for a reason of its own is a failure, not a missing server; its
             # traceback is worth showing once, so a store author can find the line.
+            if isinstance(error, HookFailed):
+                error = error.error
             self.hook_failed = self._one_line(f"{type(error).__name__}: {error}")
             self.hook_traceback = scrub("".join(traceback.format_exception(error)), self.url)
 
@@ -171,7 +193,7 @@ class StoreRun:
             raise CouldNotRun(self.cannot_start) from None
         except Exception as error:
             if not _unreachable(error):
-                raise
+                raise HookFailed("the testing hook", error) from error
             self.cannot_start = (
                 f"the testing hook could not start a testbed: {type(error).__name__}: {error}"
             )
@@ -186,9 +208,20 @@ class StoreRun:
         if capability is not None and capability not in self.plugin.capabilities:
             item.mark_outcome(NOT_OFFERED)
             pytest.skip(f"not offered: {self.name} does not declare {capability!r}")
+        deadline = Deadline(self.timeout)
         try:
-            with asyncio.Runner() as runner:
-                runner.run(self._run(test, requirement, item))
+            with deadline, asyncio.Runner() as runner:
+                deadline.watch(runner.get_loop())
+                runner.run(self._run(test, requirement, item, deadline))
+        except Overrun as overrun:
+            item.user_properties.append((FAILED_BECAUSE, TIMED_OUT))
+            raise TimedOut(self._overran(requirement, overrun)) from None
+        except TimedOut:
+            item.user_properties.append((FAILED_BECAUSE, TIMED_OUT))
+            raise
+        except HookFailed as failed:
+            self._hook_failed(failed, item)
+            raise
         except NotOffered as why:
             item.mark_outcome(NOT_OFFERED)
             pytest.skip(f"not offered: {why}")
@@ -203,7 +236,9 @@ class StoreRun:
                 f"proving {requirement.id}: {error}"
             ) from error
 
-    async def _run(self, test: SuiteTest, requirement: Requirement, item: SuiteItem) -> None:
+    async def _run(
+        self, test: SuiteTest, requirement: Requirement, item: SuiteItem, outside: Deadline
+    ) -> None:
         deadline = asyncio.timeout(self.timeout)
         try:
             async with deadline, AsyncExitStack() as stack:
@@ -215,9 +250,35 @@ class StoreRun:
         except TimeoutError:
             if not deadline.expired():
                 raise
-            raise AssertionError(
-                f"{requirement.id} did not finish within {self.timeout:.0f} s (--durable-timeout)"
+            if outside.overrun is not None:
+                # The stuck code ran in a task nobody awaited: it was stopped all the same,
+                # and where is the news.
+                raise TimedOut(self._overran(requirement, outside.overrun)) from None
+            raise TimedOut(
+                f"{requirement.id} did not finish within {self.timeout:g} s (--durable-timeout)"
             ) from None
+
+    def _overran(self, requirement: Requirement, overrun: Overrun) -> str:
+        late = f"{requirement.id} did not finish within {self.timeout:g} s (--durable-timeout)"
+        if overrun.stuck:
+            return (
+                f"{late}, and its event loop was never given back: stopped from outside in "
+                f"{overrun.where}. Code that loops without awaiting holds the loop, so that no "
+                "timeout and no other task can run; a loop that polls must await between looks"
+            )
+        return (
+            f"{late}, and had not ended {CEILING:g} s after it was cancelled: stopped from "
+            f"outside in {overrun.where}"
+        )
+
+    def _hook_failed(self, failed: HookFailed, item: SuiteItem) -> None:
+        """Remember ``failed`` for the end of the run, and let the test say it in a line."""
+        line = self._one_line(str(failed))
+        item.user_properties.append((FAILED_BECAUSE, line))
+        first, count = self.hook_failures.get(line, (None, 0))
+        if first is None:
+            first = scrub("".join(traceback.format_exception(failed.error)), self.url)
+        self.hook_failures[line] = (first, count + 1)
 
 
 class SuiteCollector(pytest.Collector):
@@ -308,6 +369,13 @@ class SuiteItem(pytest.Item):
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | Any:  # type: ignore[override]
         if isinstance(excinfo.value, DeclaredButUnimplemented):
             return f"declared but unimplemented: {excinfo.value}"
+        if isinstance(excinfo.value, TimedOut):
+            return f"timed out: {excinfo.value}"
+        if isinstance(excinfo.value, HookFailed):
+            return (
+                f"{self.run._one_line(str(excinfo.value))} (its traceback is shown once, at "
+                "the end of the run)"
+            )
         style = self.config.getoption("tbstyle", "auto")
         return self._repr_failure_py(excinfo, style="long" if style == "auto" else style)
 

@@ -23,6 +23,11 @@ __all__ = ["Outcome", "Result", "Results", "StoreFacts", "Verdict"]
 Outcome = str
 PASSED, FAILED, NOT_OFFERED, COULD_NOT_RUN = "passed", "failed", "not offered", "could not run"
 _WORST_FIRST = (FAILED, COULD_NOT_RUN, PASSED, NOT_OFFERED)
+
+FAILED_BECAUSE = "durable_failed_because"
+"""The user property saying why a test failed when the reason is the run's, not the
+requirement's: :data:`TIMED_OUT`, or the testing hook's error in one line."""
+TIMED_OUT = "timed out"
 _MESSAGE_LIMIT = 500
 
 
@@ -46,6 +51,8 @@ class Result:
     outcome: Outcome
     message: str | None = None
     duration: float = 0.0
+    because: str | None = None
+    """For a failure: :data:`TIMED_OUT`, or the testing hook's error, or ``None``."""
 
 
 @dataclass
@@ -57,6 +64,9 @@ class Verdict:
     required: tuple[int, int]
     offered: tuple[int, int]
     failed: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    hook_failed: dict[str, int] = field(default_factory=dict)
+    """The testing hook's errors during the run, each with the number of tests it failed."""
     could_not_run: list[str] = field(default_factory=list)
     not_offered: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -139,6 +149,7 @@ class Results:
         if previous is not None and _worst([previous.outcome, outcome]) == previous.outcome:
             previous.duration += report.duration
             return
+        because = props.get(FAILED_BECAUSE) if outcome == FAILED else None
         self.results[report.nodeid] = Result(
             report.nodeid,
             found.store,
@@ -146,6 +157,7 @@ class Results:
             outcome,
             _message(report) if outcome != PASSED else None,
             report.duration + (previous.duration if previous else 0.0),
+            str(because) if because is not None else None,
         )
 
     # -- reading -----------------------------------------------------------------------
@@ -179,6 +191,16 @@ class Results:
             if self.capability_of[r] is not None and owed(r) and r not in not_offered
         ]
         failed = [r for r, o in outcomes.items() if o == FAILED]
+        mine = [r for r in self.results.values() if r.store == store and r.outcome == FAILED]
+        timed_out = list(dict.fromkeys(r.requirement for r in mine if r.because == TIMED_OUT))
+        hook_failed: dict[str, int] = {}
+        for result in mine:
+            if result.because not in (None, TIMED_OUT):
+                hook_failed[str(result.because)] = hook_failed.get(str(result.because), 0) + 1
+        # A requirement failed only because the hook raised says nothing of the store's own
+        # code, and listing a hundred of them would bury the one line that does; one that
+        # timed out is listed as such.
+        by_the_store = {r.requirement for r in mine if r.because is None}
         could_not_run = [r for r, o in outcomes.items() if o == COULD_NOT_RUN]
         passed_required = sum(outcomes[r] == PASSED for r in required)
         passed_offered = sum(outcomes[r] == PASSED for r in offered)
@@ -198,8 +220,15 @@ class Results:
             line = f"{name}: CERTIFIED, {counts}"
         else:
             why = []
-            if failed:
-                why.append(f"failed: {', '.join(failed)}")
+            shown = [r for r in failed if r in by_the_store]
+            if shown:
+                why.append(f"failed: {', '.join(shown)}")
+            if timed_out:
+                why.append(f"timed out: {', '.join(timed_out)}")
+            why.extend(
+                f"{line} (in {count} test{'s' if count > 1 else ''})"
+                for line, count in hook_failed.items()
+            )
             if could_not_run:
                 why.append(f"could not run: {', '.join(could_not_run)}")
             if not complete:
@@ -217,6 +246,8 @@ class Results:
             (passed_required, len(required)),
             (passed_offered, len(offered)),
             failed,
+            timed_out,
+            hook_failed,
             could_not_run,
             not_offered,
             warnings,
@@ -295,6 +326,8 @@ class Results:
                 "required": {"passed": verdict.required[0], "total": verdict.required[1]},
                 "offered": {"passed": verdict.offered[0], "total": verdict.offered[1]},
                 "failed": verdict.failed,
+                "timed_out": verdict.timed_out,
+                "hook_failed": verdict.hook_failed,
                 "could_not_run": verdict.could_not_run,
                 "not_offered": verdict.not_offered,
                 "warnings": verdict.warnings,
@@ -312,6 +345,7 @@ class Results:
                         "outcome": result.outcome if result else None,
                         "message": result.message if result else None,
                         "duration": round(result.duration, 4) if result else None,
+                        "because": result.because if result else None,
                     }
                 )
             requirements.append(

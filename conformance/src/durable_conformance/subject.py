@@ -27,6 +27,7 @@ __all__ = [
     "CouldNotRun",
     "DeclaredButUnimplemented",
     "DurableConformanceWarning",
+    "HookFailed",
     "NotOffered",
     "StoreUnderTest",
 ]
@@ -46,6 +47,17 @@ class CouldNotRun(Exception):
 
 class DeclaredButUnimplemented(AssertionError):
     """The store declares a capability and then does not provide it. A failure."""
+
+
+class HookFailed(AssertionError):
+    """The store's testing hook (or its testbed's ``reopen``) raised for a reason of its
+    own: a bug in the hook, not in what the test proves. A failure, said in one line per
+    test; the run shows the hook's traceback once, at its end."""
+
+    def __init__(self, called: str, error: Exception) -> None:
+        self.called = called
+        self.error = error
+        super().__init__(f"{called} failed: {type(error).__name__}: {error}")
 
 
 class DurableConformanceWarning(UserWarning):
@@ -132,7 +144,7 @@ class StoreUnderTest:
             found: list[Durable[Any]] = [self.durable]
             if self.testbed.reopen is not None:
                 for _ in range(count - 1):
-                    found.append(await stack.enter_async_context(self.testbed.reopen()))
+                    found.append(await self._reopened(stack))
             yield found
 
     @asynccontextmanager
@@ -143,8 +155,17 @@ class StoreUnderTest:
                 f"store {self.name!r}'s testbed has no reopen(), so what one handle wrote "
                 "cannot be shown to be visible to another"
             )
-        async with self.testbed.reopen() as second:
-            yield second
+        async with AsyncExitStack() as stack:
+            yield await self._reopened(stack)
+
+    async def _reopened(self, stack: AsyncExitStack) -> Durable[Any]:
+        reopen = self.testbed.reopen
+        assert reopen is not None
+        try:
+            reopened: Durable[Any] = await stack.enter_async_context(reopen())
+        except Exception as error:
+            raise HookFailed("the testbed's reopen()", error) from error
+        return reopened
 
     @asynccontextmanager
     async def with_options(self, **options: Any) -> AsyncIterator[Durable[Any]]:
@@ -158,7 +179,11 @@ class StoreUnderTest:
         """
         testing = self.plugin.testing
         if testing is not None and _accepts(testing, options):
-            async with testing(self.url, **options) as testbed:
+            async with AsyncExitStack() as stack:
+                try:
+                    testbed = await stack.enter_async_context(testing(self.url, **options))
+                except Exception as error:
+                    raise HookFailed("the testing hook", error) from error
                 yield testbed.durable
             return
         if not _accepts(self.plugin.open, options):

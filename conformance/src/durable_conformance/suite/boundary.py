@@ -19,7 +19,13 @@ from durable.interfaces import INBOX_PREFIX, SENT_PREFIX, Enumerable
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
-from durable_conformance.suite._support import LONG, claimed, delivered_during, raised
+from durable_conformance.suite._support import (
+    LONG,
+    claimed,
+    delivered_during,
+    next_delivery,
+    raised,
+)
 
 NON_POSITIVE = [timedelta(0), timedelta(seconds=-1)]
 
@@ -29,9 +35,8 @@ async def test_boundary_non_positive_durations_are_refused_and_claim_nothing(
     store: StoreUnderTest,
 ) -> None:
     """A zero or negative liveness or budget is refused with an error naming the workflow,
-    and claims nothing; so are a zero or negative ``within`` and ``idle``."""
+    and claims nothing."""
     cp = store.checkpointer
-    scheduler = store.scheduler
     wf = store.workflow()
     for bad in NON_POSITIVE:
         claims: dict[str, Callable[[], Awaitable[object]]] = {
@@ -43,14 +48,37 @@ async def test_boundary_non_positive_durations_are_refused_and_claim_nothing(
             assert wf in str(refused), (
                 f"claim with {name}={bad!r} was refused without naming {wf!r}"
             )
-        waits: dict[str, Callable[[], Awaitable[object]]] = {
-            f"next_ready(within={bad!r})": partial(scheduler.next_ready, bad),
-            f"reclaim(idle={bad!r})": partial(scheduler.reclaim, bad),
-        }
-        for name, call in waits.items():
-            await raised(call, name)
     holder = await claimed(cp, wf)
     assert (await cp.record(holder, "k", 1)).first
+
+
+@requirement("boundary.non-positive-waits-refused")
+async def test_boundary_non_positive_waits_are_refused_and_take_nothing(
+    store: StoreUnderTest,
+) -> None:
+    """A zero or negative ``within`` (next_ready) or ``idle`` (reclaim) is refused with a
+    ValueError naming the argument and the value, and takes nothing: a worker looping on a
+    zero wait would spin on the store, and a zero idle would take over every live pass."""
+    scheduler = store.scheduler
+    ready = store.workflow("ready")
+    await scheduler.make_ready(ready)
+    out = await next_delivery(scheduler, workflow=ready)
+    assert out is not None, f"{ready!r} was made ready and never delivered"
+    waiting = store.workflow("waiting")
+    await scheduler.make_ready(waiting)
+    for bad in NON_POSITIVE:
+        waits: dict[str, Callable[[], Awaitable[object]]] = {
+            "within": partial(scheduler.next_ready, bad),
+            "idle": partial(scheduler.reclaim, bad),
+        }
+        for name, call in waits.items():
+            refused = await raised(call, f"{name}={bad!r}", ValueError)
+            named = name in str(refused) and (repr(bad) in str(refused) or str(bad) in str(refused))
+            assert named, (
+                f"{name}={bad!r} was refused without naming {name} and its value: {refused}"
+            )
+    taken = await next_delivery(scheduler, workflow=waiting)
+    assert taken is not None, f"a refused next_ready took {waiting!r}, and it was never delivered"
 
 
 @requirement("boundary.inbox-keys-reserved")

@@ -5,12 +5,21 @@ pass that wrote it and through a round trip on the pass that replays it, so ever
 that depends on the round trip would pass once and fail one crash later. And what the
 codec cannot encode must be refused before anything is written, naming the workflow and
 key, rather than failing somewhere deep in a driver.
+
+An encoding may be bytes as well as text (``CheckpointCodec[Encoded]`` allows either). A
+store that holds only text must say so by refusing a bytes encoding, not by turning it into
+text: ``str(b)`` or a UTF-8 decode that replaces what is not UTF-8 gives back something the
+codec cannot decode, and makes two different encodings compare equal, so ``record`` would
+call a losing write the winner.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+from durable.interfaces import Durable, Pass
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
@@ -65,6 +74,36 @@ class TaggingCodec:
 
     def __repr__(self) -> str:
         return "TaggingCodec()"
+
+
+class BytesCodec:
+    """A codec encoding to bytes that no text column holds: every encoding opens with a NUL
+    and bytes that are not UTF-8, and its JSON is UTF-16 (a NUL after every ASCII letter;
+    ``"ÿ"`` and ``"þ"`` differ only in one byte that is not UTF-8). ``decode`` takes back
+    exactly such bytes and nothing else."""
+
+    MARK = b"\x00\xff\xfebytes:"
+
+    def __init__(self) -> None:
+        self.encodes = 0
+        self.decodes = 0
+
+    def encode(self, value: object) -> bytes:
+        self.encodes += 1
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False)
+        return self.MARK + text.encode("utf-16-le")
+
+    def decode(self, encoded: bytes) -> object:
+        self.decodes += 1
+        if not isinstance(encoded, bytes) or not encoded.startswith(self.MARK):
+            raise AssertionError(
+                f"the store handed the codec {encoded!r}, not the bytes it encoded: a bytes "
+                "encoding must be held exactly, or refused"
+            )
+        return json.loads(encoded[len(self.MARK) :].decode("utf-16-le"))
+
+    def __repr__(self) -> str:
+        return "BytesCodec()"
 
 
 def _unencodable() -> list[object]:
@@ -175,3 +214,67 @@ async def test_codec_a_custom_codecs_refusal_writes_nothing(store: StoreUnderTes
         for write in writes:
             await raised(write, "a value the custom codec refuses")
         assert await cp.load(wf) == {}
+
+
+@requirement("codec.bytes-held-or-refused")
+async def test_codec_a_bytes_encoding_is_held_exactly_or_refused(store: StoreUnderTest) -> None:
+    """A codec that encodes to bytes (NUL and bytes that are not UTF-8 among them) has every
+    write either held exactly, compared byte for byte and handed back to the codec as the
+    very bytes it gave, or refused with an error naming the workflow and key and nothing
+    written; never turned into text."""
+    codec = BytesCodec()
+    async with store.with_options(codec=codec) as opened:
+        cp = opened.checkpointer
+        wf = store.workflow()
+        holder = await claimed(cp, wf)
+        try:
+            written = await cp.record(holder, "step", "\u00ff")
+        except (TypeError, ValueError) as refused:
+            await _refuses_bytes_everywhere(opened, wf, holder, refused)
+            return
+        assert (written.value, written.first) == ("\u00ff", True), (
+            f"record of a bytes encoding returned {written}"
+        )
+        # The two encodings differ in one byte that is not UTF-8, and nowhere else.
+        losing = await cp.record(holder, "step", "\u00fe")
+        assert (losing.value, losing.first) == ("\u00ff", False), (
+            f"a second record of another bytes encoding returned {losing}: two encodings "
+            "that differ only where they are not UTF-8 compared equal"
+        )
+        assert (await cp.record(holder, "step", "\u00ff")).first is True
+        assert await cp.supply(wf, "supplied", ["\x00", "\u00fe"]) == ["\x00", "\u00fe"]
+        inbox = await cp.append(wf, {"\u00ff": 1})
+        assert await opened.arrive(wf, "arrived", "\u00fe\u00ff") == "\u00fe\u00ff"
+        sent = await opened.send(wf, ["\u00ff\x00"])
+        expected = {
+            "step": "\u00ff",
+            "supplied": ["\x00", "\u00fe"],
+            inbox: {"\u00ff": 1},
+            "arrived": "\u00fe\u00ff",
+            sent: ["\u00ff\x00"],
+        }
+        assert await cp.load(wf) == expected
+        assert [(e.key, e.value) for e in await cp.history(wf)] == list(expected.items())
+    assert codec.decodes >= 5, f"the codec decoded {codec.decodes} values"
+
+
+async def _refuses_bytes_everywhere(
+    opened: Durable[Any], wf: str, holder: Pass, first: BaseException
+) -> None:
+    """A store that holds only text: every write of a bytes encoding is refused as record's
+    was, naming the workflow and key, and nothing is written or scheduled."""
+    assert all(name in str(first) for name in (wf, "step")), (
+        f"record of a bytes encoding was refused without naming {wf!r} and 'step': {first}"
+    )
+    cp = opened.checkpointer
+    writes: dict[str, Callable[[], Awaitable[object]]] = {
+        "supply": lambda: cp.supply(wf, "step", "x"),
+        "append": lambda: cp.append(wf, "x"),
+        "arrive": lambda: opened.arrive(wf, "step", "x"),
+        "send": lambda: opened.send(wf, "x"),
+    }
+    for name, write in writes.items():
+        refused = await raised(write, f"{name} of a bytes encoding, which record refused")
+        assert wf in str(refused), f"{name} of a bytes encoding refused without naming {wf!r}"
+    assert await cp.load(wf) == {}, "a refused bytes encoding left a record behind"
+    assert await delivered_during(opened.scheduler, 0.2) == [], "a refused arrive or send queued"

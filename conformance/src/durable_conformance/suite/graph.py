@@ -19,7 +19,9 @@ from durable_conformance.subject import StoreUnderTest
 from durable_conformance.suite._support import raised
 
 
-def _diamond(ran: Counter[str], *, failing: set[str] | None = None) -> Graph:
+def _diamond(
+    ran: Counter[str], *, failing: set[str] | None = None, failed: asyncio.Event | None = None
+) -> Graph:
     graph = Graph()
     failing = failing if failing is not None else set()
 
@@ -31,6 +33,11 @@ def _diamond(ran: Counter[str], *, failing: set[str] | None = None) -> Graph:
     @graph.node(after=["order"])
     async def charge(order: dict[str, object]) -> str:
         ran["charge"] += 1
+        if failed is not None and not failed.is_set():
+            await failed.wait()  # set by 'reserve' just before it raises
+            # Still working when the graph learns of the failure: a run that cancelled
+            # its siblings would cancel this one here.
+            await asyncio.sleep(0.02)
         return f"charged {order['amount']}"
 
     @graph.node(after=["order"])
@@ -38,6 +45,8 @@ def _diamond(ran: Counter[str], *, failing: set[str] | None = None) -> Graph:
         ran["reserve"] += 1
         if "reserve" in failing:
             failing.discard("reserve")
+            if failed is not None:
+                failed.set()
             raise RuntimeError("the warehouse is down, this once")
         return [str(order["sku"])]
 
@@ -77,14 +86,21 @@ async def test_graph_a_failed_node_is_run_again_and_only_it_and_its_dependents(
     store: StoreUnderTest,
 ) -> None:
     """A node that fails stops the run; the next run runs that node and what depends on
-    it, and nothing already recorded."""
+    it, and nothing already recorded. A sibling still running when it failed (here
+    ``charge``, which goes on only once ``reserve`` has failed) ends and is recorded: it is
+    not run again."""
     wf = store.workflow()
     ran: Counter[str] = Counter()
-    graph = _diamond(ran, failing={"reserve"})
+    failed = asyncio.Event()
+    graph = _diamond(ran, failing={"reserve"}, failed=failed)
     await raised(
         run_durably(store.checkpointer, wf, graph), "a graph whose node fails", RuntimeError
     )
-    assert "ship" not in await store.checkpointer.load(wf)
+    kept = await store.checkpointer.load(wf)
+    assert "ship" not in kept
+    assert kept.get("charge") == "charged 10", (
+        f"the sibling in flight when 'reserve' failed was not recorded: {kept!r}"
+    )
     results = await run_durably(store.checkpointer, wf, graph)
     assert results["ship"] == "charged 10; shipped piano"
     assert ran == Counter({"order": 1, "charge": 1, "reserve": 2, "ship": 1})

@@ -764,3 +764,81 @@ async def test_durable_retry_runs_a_failed_workflow_again_replaying_its_steps(
         stop.set()
         await asyncio.wait_for(worker, 10)
     assert charges == [wf], f"the recorded step ran {len(charges)} times"
+
+
+# -- sentences of the interface the audit found unproved (issue 14) --------------------------
+
+
+@requirement("lifecycle.admit-refuses-an-unencodable-input", capability="lifecycle")
+async def test_lifecycle_admit_refuses_an_input_the_codec_cannot_encode_and_writes_nothing(
+    store: StoreUnderTest,
+) -> None:
+    """admit, and start, of an input the codec cannot encode raise an error naming the
+    workflow, before anything is written: no status, nothing queued."""
+    lc = lifecycle(store)
+    durable = lifecycle_durable(store)
+    wf, kind = store.workflow(), unique_kind()
+    unencodable = {"at": object()}
+    refused = await raised(lc.admit(wf, kind, unencodable), "admit of an unencodable input")
+    assert wf in str(refused), f"admit refused the input without naming {wf!r}: {refused}"
+    assert await lc.status(wf) is None, "admit of an unencodable input wrote the workflow"
+    await raised(durable.start(kind, wf, unencodable), "start of an unencodable input")
+    assert await lc.status(wf) is None, "start of an unencodable input wrote the workflow"
+    seen = [d.workflow for d in await delivered_during(durable.scheduler, 0.3)]
+    assert wf not in seen, "start of an unencodable input queued the workflow"
+
+
+@requirement("lifecycle.admit-records-the-queue", capability="lifecycle")
+async def test_lifecycle_admit_records_the_queue_it_is_given(store: StoreUnderTest) -> None:
+    """admit records the queue it is given, which status() and every listing then show on
+    every handle; without one the queue is "default"."""
+    lc = lifecycle(store)
+    named, plain, kind = store.workflow("named"), store.workflow("plain"), unique_kind()
+    await lc.admit(named, kind, INPUT, queue="payments.eu-1")
+    await lc.admit(plain, kind, INPUT)
+    async with store.handles(2) as handles:
+        for handle in handles:
+            other = lifecycle(store, handle)
+            shown = [await other.status(wf) for wf in (named, plain)]
+            queues = [None if row is None else row.queue for row in shown]
+            assert queues == ["payments.eu-1", "default"], shown
+    rows = {row.workflow: row.queue for row in await listed(lc, kind=kind)}
+    assert rows == {named: "payments.eu-1", plain: "default"}, rows
+
+
+@requirement("lifecycle.updated-at-moves-with-each-transition", capability="lifecycle")
+async def test_lifecycle_updated_at_is_the_stores_clock_at_the_last_transition(
+    store: StoreUnderTest,
+) -> None:
+    """updated_at is the store's clock at the last transition: it moves forward with begin,
+    settle, readmit and withdraw, and a contended begin moves nothing (started_at stays the
+    admission's)."""
+    lc = lifecycle(store)
+    wf = store.workflow()
+    admitted = (await lc.admit(wf, unique_kind(), INPUT)).status
+    assert_recent(admitted.updated_at, "updated_at after admit")
+    seen = [("admit", admitted.updated_at)]
+
+    async def moved(what: str) -> None:
+        st = await lc.status(wf)
+        assert st is not None, f"no status after {what}"
+        assert st.started_at == admitted.started_at, f"{what} moved started_at"
+        previous, at = seen[-1]
+        assert st.updated_at > at, (
+            f"updated_at after {what} is {st.updated_at.isoformat()}, not after its value "
+            f"after {previous} ({at.isoformat()}): the transition did not stamp it"
+        )
+        assert_recent(st.updated_at, f"updated_at after {what}")
+        seen.append((what, st.updated_at))
+
+    for what in ("begin", "settle failed", "readmit", "begin again", "withdraw"):
+        await asyncio.sleep(0.05)
+        if what.startswith("begin"):
+            holder, _ = await begun(lc, wf)
+        elif what == "settle failed":
+            await lc.settle(holder, failed())
+        elif what == "readmit":
+            await lc.readmit(wf)
+        else:
+            await lc.withdraw(wf)
+        await moved(what)

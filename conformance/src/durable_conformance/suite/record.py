@@ -10,10 +10,13 @@ the value, because a value that crosses the codec can come back unequal to what 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+
+from durable.interfaces import Fenced, Recorded
 
 from durable_conformance import requirement
 from durable_conformance.subject import StoreUnderTest
-from durable_conformance.suite._support import claimed
+from durable_conformance.suite._support import PATIENCE, claimed, superseded
 
 VALUES: list[object] = [
     None,
@@ -125,3 +128,88 @@ async def test_record_returns_every_codec_value_as_stored(store: StoreUnderTest)
         assert type(written.value) is type(value)
     loaded = await cp.load(wf)
     assert list(loaded.values()) == VALUES
+
+
+BATCHED_WORKFLOWS = 32
+"""Workflows in the batched-verdicts test, each with a stale pass and a fresh one: 64 passes."""
+
+
+@requirement("record.batched-verdicts-are-each-their-own")
+async def test_record_concurrent_writes_through_one_handle_each_get_their_own_verdict(
+    store: StoreUnderTest,
+) -> None:
+    """Writes of 64 passes sent through one handle at once, stale tokens interleaved with
+    fresh ones, each get their own verdict: a stale record or renew is refused with Fenced
+    and writes nothing, a fresh one lands, and of two fresh writes of one key the first
+    wins, however a store groups them into round trips or commits.
+
+    A store that batches concurrent writes (group commit) must fence and decide each write
+    on its own: one stale write must neither fail the fresh ones it shares a commit with
+    nor ride along with them, and a caller is answered with its own write's outcome.
+    """
+    cp = store.checkpointer
+    workflows = [store.workflow(f"batch{i}") for i in range(BATCHED_WORKFLOWS)]
+    pairs = await asyncio.gather(*(superseded(cp, wf) for wf in workflows))
+
+    async def verdict(call: Awaitable[object]) -> object:
+        try:
+            return await call
+        except Fenced as refused:
+            return refused
+
+    calls: list[tuple[str, int, Awaitable[object]]] = []
+    for i, (stale, fresh) in enumerate(pairs):
+        # Interleaved, so a store that groups writes as they arrive puts stale and fresh
+        # ones in the same batch.
+        calls += [
+            ("stale", i, cp.record(stale, "own-stale", i)),
+            ("fresh", i, cp.record(fresh, "own", i)),
+            ("stale", i, cp.record(stale, "shared", "stale")),
+            ("shared-a", i, cp.record(fresh, "shared", f"a{i}")),
+            ("shared-b", i, cp.record(fresh, "shared", f"b{i}")),
+            ("stale", i, cp.renew(stale)),
+            ("fresh-renew", i, cp.renew(fresh)),
+        ]
+    async with asyncio.timeout(PATIENCE * 3):
+        outcomes = await asyncio.gather(*(verdict(call) for _, _, call in calls))
+
+    shared: dict[int, dict[str, object]] = {}
+    for (kind, i, _), outcome in zip(calls, outcomes, strict=True):
+        wf = workflows[i]
+        if kind == "stale":
+            assert isinstance(outcome, Fenced), (
+                f"workflow {wf!r}: a write of the superseded pass {pairs[i][0]} sent with "
+                f"others got {outcome!r}, not Fenced"
+            )
+            continue
+        assert not isinstance(outcome, BaseException), (
+            f"workflow {wf!r}: a {kind} write of the current pass {pairs[i][1]} was refused "
+            f"({outcome!r}); a stale write in the same batch must not refuse it"
+        )
+        if kind == "fresh":
+            assert isinstance(outcome, Recorded), f"workflow {wf!r}: 'own' got {outcome!r}"
+            assert (outcome.value, outcome.first) == (i, True), (
+                f"workflow {wf!r}: the current pass's record of 'own' answered {outcome!r}"
+            )
+        elif kind.startswith("shared"):
+            assert isinstance(outcome, Recorded), f"workflow {wf!r}: {kind} got {outcome!r}"
+            shared.setdefault(i, {})[kind] = outcome
+    for i, wf in enumerate(workflows):
+        a, b = shared[i]["shared-a"], shared[i]["shared-b"]
+        assert isinstance(a, Recorded)
+        assert isinstance(b, Recorded)
+        assert [a.first, b.first].count(True) == 1, (
+            f"workflow {wf!r}: two records of 'shared' with different values answered "
+            f"first={a.first} and first={b.first}; exactly one is the first writer"
+        )
+        winner = f"a{i}" if a.first else f"b{i}"
+        assert a.value == b.value == winner, (
+            f"workflow {wf!r}: the records of 'shared' answered {a.value!r} and {b.value!r}, "
+            f"not both the winner's {winner!r}"
+        )
+        loaded = await cp.load(wf)
+        assert loaded == {"own": i, "shared": winner}, (
+            f"workflow {wf!r}: after the batch the store holds {loaded!r}; the superseded "
+            "pass's writes must have left nothing"
+        )
+        await cp.renew(pairs[i][1])
