@@ -171,3 +171,23 @@ async def slow_charge(run: Run[Any], _: object) -> str:
         return "charged"
 
     return await run.step("charge", charging, as_text)
+
+
+# -- guard rails (issue 17): a kind that declares what it accepts from outside a pass, for
+# `durable arrive/send --workflows cli_bodies:guarded` (and guards.arrive/send in Python).
+
+
+def as_bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+guarded = Workflows()
+
+
+@guarded.kind("approval", signals={"confirm": as_bool}, messages=as_text)
+async def approval(run: Run[Any], _: object) -> str:
+    """Wait for a yes or no under ``confirm``; the inbox takes notes (text)."""
+    confirmed = await run.awaiting("confirm", as_bool)
+    return "approved" if confirmed else "refused"

@@ -200,13 +200,13 @@ def test_malformed_json_is_a_usage_error_that_shows_the_input() -> None:
 
 
 def test_arrive_prints_the_value_the_key_now_holds() -> None:
-    done = durable("arrive", "memory://", "wf", "approval", '{"by": "ana"}')
+    done = durable("arrive", "memory://", "wf", "approval", '{"by": "ana"}', "--create")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"by": "ana"}
 
 
 def test_send_prints_the_inbox_key() -> None:
-    done = durable("send", "memory://", "wf", '"hello"')
+    done = durable("send", "memory://", "wf", '"hello"', "--create")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith("durable.inbox:")
 
@@ -224,11 +224,12 @@ def test_list_on_an_empty_lifecycle_store_prints_the_header_alone() -> None:
     assert done.stderr == ""
 
 
-def test_discard_without_a_terminal_refuses_unless_yes() -> None:
-    refused = durable("discard", "memory://", "wf", stdin="")
+def test_discard_without_a_terminal_refuses_unless_yes(sqlite_url: str) -> None:
+    assert durable("send", sqlite_url, "wf", '"hi"', "--create").returncode == 0
+    refused = durable("discard", sqlite_url, "wf", stdin="")
     assert refused.returncode == 5
     assert "--yes" in refused.stderr
-    done = durable("discard", "memory://", "wf", "--yes")
+    done = durable("discard", sqlite_url, "wf", "--yes")
     assert done.returncode == 0, done.stderr
     assert "discarded wf" in done.stdout
 
@@ -237,11 +238,11 @@ def test_discard_without_a_terminal_refuses_unless_yes() -> None:
 
 COMMANDS: dict[str, tuple[tuple[str, ...], int, str]] = {
     # command: (arguments after the URL, exit code, what stdout or stderr shows)
-    "arrive": (("wf", "approval", "true"), 0, "true"),
-    "send": (("wf", '"hi"'), 0, "durable.inbox:"),
+    "arrive": (("wf", "approval", "true", "--create"), 0, "true"),
+    "send": (("wf", '"hi"', "--create"), 0, "durable.inbox:"),
     "show": (("wf",), 3, "no workflow 'wf' in memory://"),
     "list": ((), 0, ""),
-    "discard": (("wf", "--yes"), 0, "discarded wf"),
+    "discard": (("wf", "--yes"), 3, "no workflow 'wf' in memory://"),
 }
 
 
@@ -272,7 +273,7 @@ def test_a_command_given_no_url_and_no_durable_store_says_how_to_give_one(comman
 
 def test_the_url_argument_wins_over_durable_store(sqlite_url: str) -> None:
     env = environment(DURABLE_STORE="memory://")
-    durable("send", sqlite_url, "wf", '"kept"', env=env)
+    durable("send", sqlite_url, "wf", '"kept"', "--create", env=env)
 
     shown = durable("show", sqlite_url, "wf", "--json", env=env)
 
@@ -281,7 +282,7 @@ def test_the_url_argument_wins_over_durable_store(sqlite_url: str) -> None:
 
 
 def test_options_may_sit_between_the_url_and_the_other_arguments(sqlite_url: str) -> None:
-    durable("send", sqlite_url, "wf", '"hi"')
+    durable("send", sqlite_url, "wf", '"hi"', "--create")
 
     shown = durable("show", sqlite_url, "--json", "wf")
     refused = durable("worker", sqlite_url, "--limit", "3", "datetime:timedelta")
@@ -369,7 +370,7 @@ def test_a_worker_refuses_what_is_not_an_async_function_of_one_run_before_openin
 def test_a_worker_runs_a_partial_of_an_async_function_and_an_object_with_an_async_call(
     spec: str, sqlite_url: str, workers: list[Worker]
 ) -> None:
-    assert durable("send", sqlite_url, "wf-1", '"ana"').returncode == 0
+    assert durable("send", sqlite_url, "wf-1", '"ana"', "--create").returncode == 0
     worker = Worker(sqlite_url, spec)
     workers.append(worker)
 
@@ -379,6 +380,44 @@ def test_a_worker_runs_a_partial_of_an_async_function_and_an_object_with_an_asyn
     shown = json.loads(durable("show", sqlite_url, "wf-1", "--json").stdout)
     greeting = next(r["value"] for r in shown["records"] if r["key"] == "greeting")
     assert greeting in ("bonjour, ana", "hello, ana")
+
+
+def test_a_worker_with_no_schedules_starts_no_tick_while_another_worker_does(
+    sqlite_url: str, workers: list[Worker]
+) -> None:
+    fast = ("--tick", "0.05", "--poll", "0.05")
+    made = durable(
+        "schedule", sqlite_url, "create", "often", "--kind", "payout", "--every", "1",
+        "--input", '{"amount": 5}',
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+
+    def payouts() -> list[str]:
+        listed = durable("list", sqlite_url, "--kind", "payout", "--json")
+        assert listed.returncode == 0, listed.stderr
+        return sorted(w["workflow"] for w in json.loads(listed.stdout)["workflows"])
+
+    quiet = Worker(sqlite_url, "cli_bodies:workflows", "--no-schedules", *fast)
+    workers.append(quiet)
+    assert "starting no schedule's ticks (--no-schedules)" in quiet.wait_for("worker: cli_bodies")
+    # It serves the schedule's kind: a payout started by hand runs to the end...
+    started = durable("start", sqlite_url, "payout", "by-hand", '{"amount": 3}')
+    assert started.returncode == 0, started.stderr
+    quiet.wait_for("workflow 'by-hand': finished")
+    # ...and over two of the schedule's ticks (forty of the worker's looks) starts none.
+    time.sleep(2.5)
+    assert payouts() == ["by-hand"]
+
+    loud = Worker(sqlite_url, "cli_bodies:workflows", *fast)
+    workers.append(loud)
+    deadline = time.monotonic() + PATIENCE
+    while not (ticks := [w for w in payouts() if w.startswith("often@")]):
+        assert time.monotonic() < deadline, "the worker with schedules started no tick"
+        time.sleep(0.1)
+    assert "--no-schedules" not in loud.wait_for("worker: cli_bodies")
+    assert quiet.stop() == 0, "".join(quiet.log)
+    assert loud.stop() == 0, "".join(loud.log)
+    assert ticks
 
 
 # --- options ---------------------------------------------------------------------------------
@@ -429,6 +468,7 @@ def test_list_help_shows_its_default() -> None:
 def test_minus_v_shows_durables_debug_lines_and_not_the_drivers_and_minus_vv_adds_them(
     sqlite_url: str,
 ) -> None:
+    assert durable("send", sqlite_url, "wf", '"hi"', "--create").returncode == 0
     quiet = durable("list", sqlite_url)
     ours = durable("-v", "list", sqlite_url)
     everything = durable("-vv", "list", sqlite_url)
@@ -447,7 +487,7 @@ def test_minus_v_shows_durables_debug_lines_and_not_the_drivers_and_minus_vv_add
 
 def test_show_cuts_a_long_value_saying_how_much_and_full_prints_it_whole(sqlite_url: str) -> None:
     value = "x" * 100_000
-    assert durable("arrive", sqlite_url, "wf", "big", json.dumps(value)).returncode == 0
+    assert durable("arrive", sqlite_url, "wf", "big", json.dumps(value), "--create").returncode == 0
 
     cut = durable("show", sqlite_url, "wf")
     whole = durable("show", sqlite_url, "wf", "--full")
@@ -461,6 +501,48 @@ def test_show_cuts_a_long_value_saying_how_much_and_full_prints_it_whole(sqlite_
     assert line.split(" big  ", 1)[1].startswith(encoded[:200] + "...")
     assert any(line.endswith(f" big  {encoded}") for line in whole.stdout.splitlines())
     assert json.loads(machine.stdout)["records"][0]["value"] == value
+
+
+def test_show_pretty_prints_a_long_object_cut_by_lines_and_full_prints_it_whole(
+    sqlite_url: str,
+) -> None:
+    # The shape of a model's response: an object, fields in order, a list of parts.
+    value = {
+        "kind": "response",
+        "model_name": "test",
+        "parts": [{"part_kind": "text", "content": f"line {n} " + "y" * 300} for n in range(30)],
+        "usage": {"input_tokens": 51, "output_tokens": 4},
+    }
+    assert (
+        durable("arrive", sqlite_url, "wf", "reply", json.dumps(value), "--create").returncode == 0
+    )
+    assert durable("arrive", sqlite_url, "wf", "after", '"tail"').returncode == 0
+
+    cut = durable("show", sqlite_url, "wf")
+    whole = durable("show", sqlite_url, "wf", "--full")
+    assert cut.returncode == whole.returncode == 0, cut.stderr + whole.stderr
+
+    def block(stdout: str) -> list[str]:
+        """The value's lines: from its record's line to the next record's."""
+        lines = stdout.splitlines()
+        first = next(i for i, line in enumerate(lines) if " reply  " in line)
+        last = next(i for i, line in enumerate(lines) if " after  " in line)
+        return [lines[first].split(" reply  ", 1)[1], *lines[first + 1 : last]]
+
+    pretty = json.dumps(value, indent=2).splitlines()
+    shown = block(cut.stdout)
+    assert shown[0] == "{"
+    assert len(shown) == 21  # the first 20 lines and the marker
+    assert shown[-1] == f"    ... [{len(pretty) - 20} more lines; --full shows them]"
+    assert [line.strip() for line in shown[1:3]] == ['"kind": "response",', '"model_name": "test",']
+    assert all(line.startswith("    ") for line in shown[1:])
+    long_line = next(line for line in shown if "line 0 " in line)
+    assert long_line.endswith("more characters; --full shows them]")
+    assert len(long_line) < 300
+    # --full: every line, whole, and together the value itself.
+    assert json.loads("\n".join(block(whole.stdout))) == value
+    # A value that fits stays on its line.
+    assert any(line.endswith(' after  "tail"') for line in cut.stdout.splitlines())
 
 
 # --- malformed URLs ----------------------------------------------------------------------------
@@ -507,7 +589,7 @@ def test_a_worker_stops_on_sigterm_and_exits_0(workers: list[Worker]) -> None:
 def test_a_second_signal_while_draining_stops_the_worker_at_once_leaving_the_delivery_out(
     sig: signal.Signals, sqlite_url: str, workers: list[Worker]
 ) -> None:
-    assert durable("send", sqlite_url, "wf-1", '"ana"').returncode == 0
+    assert durable("send", sqlite_url, "wf-1", '"ana"', "--create").returncode == 0
     worker = Worker(sqlite_url, "cli_bodies:hold", "--grace", "600")
     workers.append(worker)
     worker.wait_for("holding wf-1")
@@ -777,4 +859,75 @@ def test_a_worker_serving_a_registry_on_a_store_without_lifecycle_exits_4_at_onc
     done = plain("worker", "plain://", "cli_bodies:workflows")
     assert done.returncode == 4, done.stderr
     assert "does not offer lifecycle" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# --- guard rails: an SQLite file that does not exist is not created ---------------------------
+
+READING = {
+    "show": ("wf",),
+    "list": (),
+    "cancel": ("wf",),
+    "retry": ("wf",),
+    "result": ("wf",),
+    "discard": ("wf", "--yes"),
+    "arrive": ("wf", "confirm", "true"),
+    "send": ("wf", '"hi"'),
+}
+
+
+@pytest.mark.parametrize("command", sorted(READING))
+def test_a_command_on_an_sqlite_file_that_does_not_exist_exits_3_creating_nothing(
+    command: str, tmp_path: Path
+) -> None:
+    missing = tmp_path / "typo.db"
+    done = durable(command, f"sqlite:///{missing}", *READING[command])
+
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == (
+        f"durable: no store at sqlite:///{missing}: the file {str(missing)!r} does not exist "
+        "(nothing was created; `durable start` or `--create` makes it)\n"
+    )
+    assert not missing.exists()
+
+
+def test_send_with_create_makes_the_sqlite_file_and_the_workflow(tmp_path: Path) -> None:
+    made = tmp_path / "orders.db"
+    done = durable("send", f"sqlite:///{made}", "wf", '"hi"', "--create")
+
+    assert done.returncode == 0, done.stderr
+    assert made.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("arrive", "wf", "approval", "true"), ("send", "wf", '"hi"'), ("discard", "wf", "--yes")],
+    ids=["arrive", "send", "discard"],
+)
+def test_on_the_memory_store_an_unknown_id_exits_3_without_create(command: tuple[str, ...]) -> None:
+    verb, *rest = command
+    done = durable(verb, "memory://", *rest)
+
+    assert done.returncode == 3, done.stderr
+    assert "no workflow 'wf'" in done.stderr
+    assert done.stdout == ""
+
+
+def test_on_the_memory_store_a_value_the_default_kind_refuses_exits_2() -> None:
+    registry = ("--workflows", "cli_bodies:guarded")
+    refused = durable("arrive", "memory://", "wf", "confirm", '"yes"', "--create", *registry)
+    accepted = durable("arrive", "memory://", "wf", "confirm", "true", "--create", *registry)
+
+    assert refused.returncode == 2, refused.stderr
+    assert "(kind 'approval') refuses 'yes' under 'confirm'" in refused.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    assert accepted.stdout == "true\n"
+
+
+def test_a_worker_serving_a_queue_on_a_store_without_lifecycle_exits_4_at_once() -> None:
+    """A queue is recorded by the lifecycle, so a worker cannot serve named queues without
+    it: refused before any work is taken, rather than serving every workflow as "default"."""
+    done = plain("worker", "plain://", "cli_bodies:greet", "--queue", "payments")
+    assert done.returncode == 4, done.stderr
+    assert "cannot serve named queues" in done.stderr
     assert "Traceback" not in done.stderr

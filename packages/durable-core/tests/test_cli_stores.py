@@ -21,23 +21,19 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import durable
 import pytest
+from durable.store_fixtures import postgres_url, redis_url
 
 HERE = Path(__file__).resolve().parent
 PATIENCE = 60.0
 """Seconds a test waits for a subprocess before it fails rather than hangs (never asserted)."""
-
-POSTGRES_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
-REDIS_DEFAULT = "redis://127.0.0.1:6379/0"
 
 
 @dataclass(frozen=True)
@@ -48,55 +44,16 @@ class Store:
     url: str
 
 
-def with_query(url: str, **options: str) -> str:
-    parts = urlsplit(url)
-    query = [*parse_qsl(parts.query, keep_blank_values=True), *options.items()]
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-def postgres_store() -> Iterator[Store]:
-    psycopg = pytest.importorskip("psycopg")
-    base = os.environ.get("DURABLE_POSTGRES_URL", POSTGRES_DEFAULT)
-    try:
-        connection = psycopg.connect(base, connect_timeout=5, autocommit=True)
-    except psycopg.Error as error:
-        pytest.skip(f"no Postgres answers at {base} ({error}); set DURABLE_POSTGRES_URL")
-    schema = f"durable_cli_{uuid.uuid4().hex[:12]}"
-    try:
-        yield Store("postgres", with_query(base, schema=schema))
-    finally:
-        connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        connection.close()
-
-
-def redis_store() -> Iterator[Store]:
-    redis = pytest.importorskip("redis")
-    base = os.environ.get("DURABLE_REDIS_URL", REDIS_DEFAULT)
-    if "+cluster" in urlsplit(base).scheme:
-        pytest.skip(f"these tests open one Redis node; {base} names a cluster")
-    client = redis.Redis.from_url(base, socket_connect_timeout=5)
-    try:
-        client.ping()
-    except redis.RedisError as error:
-        client.close()
-        pytest.skip(f"no Redis answers at {base} ({error}); set DURABLE_REDIS_URL")
-    prefix = f"durable-cli-{uuid.uuid4().hex[:12]}"
-    try:
-        yield Store("redis", with_query(base, prefix=prefix))
-    finally:
-        for key in client.scan_iter(match=f"{prefix}:*"):
-            client.delete(key)
-        client.close()
-
-
 @pytest.fixture(params=["sqlite", "postgres", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
         yield Store("sqlite", f"sqlite:///{tmp_path / 'store.db'}")
     elif request.param == "postgres":
-        yield from postgres_store()
+        with postgres_url("cli") as url:
+            yield Store("postgres", url)
     else:
-        yield from redis_store()
+        with redis_url("cli", single_node=True) as url:
+            yield Store("redis", url)
 
 
 class Cli:
@@ -248,20 +205,28 @@ def at(text: str) -> datetime:
 def test_send_prints_the_inbox_key_and_arrive_prints_what_the_key_holds(
     cli: Cli, store: Store
 ) -> None:
-    key = cli.ok("send", store.url, "wf-1", '{"name": "ana"}').strip()
+    key = cli.ok("send", store.url, "wf-1", '{"name": "ana"}', "--create").strip()
     first = cli.ok("arrive", store.url, "wf-1", "approval", '{"by": "ana"}')
-    second = cli.ok("arrive", store.url, "wf-1", "approval", '{"by": "bo"}')
+    again = cli.ok("arrive", store.url, "wf-1", "approval", '{"by": "ana"}')
+    second = cli.run("arrive", store.url, "wf-1", "approval", '{"by": "bo"}')
 
     assert key.startswith(durable.INBOX_PREFIX)
-    assert json.loads(first) == {"by": "ana"}
-    assert json.loads(second) == {"by": "ana"}, "the first writer wins"
+    assert json.loads(first) == json.loads(again) == {"by": "ana"}
+    assert second.returncode == 6, "an arrive that lost to another value says so"
+    assert json.loads(second.stdout) == {"by": "ana"}, "the first writer wins"
+    assert second.stderr == (
+        'durable: wf-1: \'approval\' already holds {"by": "ana"}, written earlier; '
+        '{"by": "bo"} was not written (first writer wins)\n'
+    )
 
 
 def test_send_with_an_id_twice_prints_one_key_and_without_prints_two(
     cli: Cli, store: Store
 ) -> None:
-    once = [cli.ok("send", store.url, "wf-1", '"pay"', "--id", "order-7") for _ in range(2)]
-    twice = [cli.ok("send", store.url, "wf-2", '"pay"') for _ in range(2)]
+    once = [
+        cli.ok("send", store.url, "wf-1", '"pay"', "--id", "order-7", "--create") for _ in range(2)
+    ]
+    twice = [cli.ok("send", store.url, "wf-2", '"pay"', "--create") for _ in range(2)]
 
     assert once[0] == once[1], "a repeated send with --id appended again"
     assert once[0].strip().startswith(durable.INBOX_PREFIX)
@@ -271,7 +236,7 @@ def test_send_with_an_id_twice_prints_one_key_and_without_prints_two(
 
 
 def test_send_with_an_empty_id_is_a_usage_error_naming_the_workflow(cli: Cli, store: Store) -> None:
-    done = cli.run("send", store.url, "wf-1", '"pay"', "--id", "")
+    done = cli.run("send", store.url, "wf-1", '"pay"', "--id", "", "--create")
     assert done.returncode == 2, done.stderr
     assert "workflow 'wf-1': a message id must be a non-empty string" in done.stderr
 
@@ -404,7 +369,7 @@ async def test_discard_asks_for_yes_then_forgets_the_workflow_and_cancels_its_ru
 def test_a_worker_finishes_a_workflow_and_exits_0_on_sigterm(
     cli: Cli, store: Store, workers: list[Worker]
 ) -> None:
-    inbox = cli.ok("send", store.url, "wf-1", '"ana"').strip()
+    inbox = cli.ok("send", store.url, "wf-1", '"ana"', "--create").strip()
     worker = cli.worker(store, "cli_bodies:greet")
     workers.append(worker)
 
@@ -427,7 +392,7 @@ def test_a_worker_finishes_a_workflow_and_exits_0_on_sigterm(
 def test_a_sleeping_workflow_is_scheduled_for_its_recorded_deadline(
     cli: Cli, store: Store, workers: list[Worker]
 ) -> None:
-    cli.ok("arrive", store.url, "wf-1", "start", "true")
+    cli.ok("arrive", store.url, "wf-1", "start", "true", "--create")
     worker = cli.worker(store, "cli_bodies:nap")
     workers.append(worker)
 
@@ -446,6 +411,7 @@ def test_a_sleeping_workflow_is_scheduled_for_its_recorded_deadline(
 
 
 def test_show_of_an_unknown_workflow_exits_3_naming_it(cli: Cli, store: Store) -> None:
+    cli.ok("send", store.url, "another", '"hi"', "--create")
     done = cli.run("show", store.url, "never-started")
 
     assert done.returncode == 3
@@ -464,7 +430,7 @@ def test_show_of_an_unknown_workflow_exits_3_naming_it(cli: Cli, store: Store) -
     "command",
     [
         ("show", "{url}", "wf-1"),
-        ("send", "{url}", "wf-1", '"hi"'),
+        ("send", "{url}", "wf-1", '"hi"', "--create"),
     ],
     ids=["show", "send"],
 )
@@ -553,7 +519,7 @@ def test_a_worker_started_before_its_redis_server_waits_for_it_then_works(
     )
     try:
         worker.wait_for("worker: cli_bodies:greet on ")
-        cli.ok("send", url, "wf-1", '"ana"')
+        cli.ok("send", url, "wf-1", '"ana"', "--create")
         worker.wait_for("workflow 'wf-1': finished")
         assert worker.stop() == 0, "".join(worker.log)
     finally:
@@ -578,7 +544,7 @@ def test_a_killed_workers_workflow_is_taken_over_within_the_delivery_lease_and_l
     )
     first = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
     workers.append(first)
-    cli.ok("send", url, "wf-1", '"go"')
+    cli.ok("send", url, "wf-1", '"go"', "--create")
     first.wait_for("holding wf-1")
     second = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
     workers.append(second)
@@ -605,7 +571,7 @@ def test_a_short_liveness_alone_does_not_shorten_the_wait_for_a_killed_workers_w
     options = ("--liveness", "1", "--retry", "0.5", "--poll", "0.2", "--tick", "0.2")
     first = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
     workers.append(first)
-    cli.ok("send", url, "wf-1", '"go"')
+    cli.ok("send", url, "wf-1", '"go"', "--create")
     first.wait_for("holding wf-1")
     second = cli.worker(url, "cli_bodies:outlive_first_taker", *options)
     workers.append(second)
@@ -839,3 +805,100 @@ def test_show_names_the_step_in_flight_the_worker_and_the_pass_of_a_running_work
     assert status["status"] == "running"
     assert (status["owner"], status["step"], status["attempts"]) == ("box-7", "charge", 1)
     assert f"(pass {status['token']})" in line
+
+
+# --- guard rails on writes from outside a pass (issue 17) -----------------------------------
+
+
+def test_arrive_send_and_discard_of_an_unknown_id_exit_3_writing_nothing_unless_create(
+    cli: Cli, store: Store
+) -> None:
+    cli.ok("send", store.url, "wf-1", '"hi"', "--create")  # the store exists; wf-2 does not
+    refused = [
+        cli.run("arrive", store.url, "wf-2", "approval", "true"),
+        cli.run("send", store.url, "wf-2", '"hi"'),
+        cli.run("send", store.url, "wf-2", '"hi"', "--id", "m-1"),
+        cli.run("discard", store.url, "wf-2", "--yes"),
+        cli.run("discard", store.url, "wf-2"),  # before any prompt
+    ]
+    unseen = cli.run("show", store.url, "wf-2")
+    sent = cli.ok("send", store.url, "wf-1", '"again"')  # a known id needs no --create
+    made = cli.ok("arrive", store.url, "wf-2", "approval", "true", "--create")
+    discarded = cli.ok("discard", store.url, "wf-2", "--yes")
+
+    assert [done.returncode for done in refused] == [3, 3, 3, 3, 3], [r.stderr for r in refused]
+    assert "no workflow 'wf-2'" in refused[0].stderr
+    assert "--create" in refused[0].stderr
+    assert "nothing was sent" in refused[1].stderr
+    assert "nothing discarded" in refused[3].stderr
+    assert unseen.returncode == 3, "a refused write left something behind"
+    assert sent.strip().startswith(durable.INBOX_PREFIX)
+    assert json.loads(made) is True
+    assert discarded == "discarded wf-2\n"
+
+
+def test_an_arrive_or_send_the_kinds_parser_refuses_exits_2_naming_it_and_writes_nothing(
+    cli: Cli, lifecycle_store: Store
+) -> None:
+    url = lifecycle_store.url
+    registry = ("--workflows", "cli_bodies:guarded")
+    cli.ok("start", url, "approval", "wf-1")
+    wrong = cli.run("arrive", url, "wf-1", "confirm", '"yes"', *registry)
+    misspelt = cli.run("arrive", url, "wf-1", "confrim", "true", *registry)
+    bad_note = cli.run("send", url, "wf-1", "5", *registry)
+    before = cli.show(lifecycle_store, "wf-1")["records"]
+    right = cli.ok("arrive", url, "wf-1", "confirm", "true", *registry)
+    note = cli.ok("send", url, "wf-1", '"looks fine"', *registry)
+    after = cli.show(lifecycle_store, "wf-1")["records"]
+
+    assert wrong.returncode == 2, wrong.stderr
+    assert wrong.stderr == (
+        "durable: workflow 'wf-1' (kind 'approval') refuses 'yes' under 'confirm': its "
+        "parser as_bool says expected true or false, got 'yes' (nothing was written)\n"
+    )
+    assert misspelt.returncode == 2, misspelt.stderr
+    assert "awaits no such key (it awaits 'confirm')" in misspelt.stderr
+    assert bad_note.returncode == 2, bad_note.stderr
+    assert "message parser as_text says expected text, got 5" in bad_note.stderr
+    assert before == [], "a refused value was written"
+    assert json.loads(right) is True
+    assert note.strip().startswith(durable.INBOX_PREFIX)
+    assert [(r["key"], r["value"]) for r in after] == [
+        ("confirm", True),
+        (note.strip(), "looks fine"),
+    ]
+
+
+def test_show_lists_the_messages_a_cancelled_workflow_never_read_as_dead_letters(
+    cli: Cli, lifecycle_store: Store
+) -> None:
+    url = lifecycle_store.url
+    cli.ok("start", url, "approval", "wf-1")
+    key = cli.ok("send", url, "wf-1", '"too late"').strip()
+    alive = cli.show(lifecycle_store, "wf-1")
+    cli.ok("cancel", url, "wf-1")
+    text = cli.ok("show", url, "wf-1").splitlines()
+    shown = cli.show(lifecycle_store, "wf-1")
+
+    assert alive["dead_letters"] == [], "a workflow that may still read it has no dead letter"
+    assert [(d["key"], d["value"]) for d in shown["dead_letters"]] == [(key, "too late")]
+    start = text.index("dead letters: 1 inbox message the workflow cancelled without reading")
+    assert text[start + 1].split(maxsplit=2)[1:] == [key, '"too late"']
+
+
+def test_a_message_a_finished_workflow_never_received_is_a_dead_letter_and_a_read_one_is_not(
+    cli: Cli, lifecycle_store: Store, workers: list[Worker]
+) -> None:
+    url = lifecycle_store.url
+    read = cli.ok("send", url, "wf-1", '"ana"', "--create").strip()
+    unread = cli.ok("send", url, "wf-1", '"bo"').strip()
+    worker = cli.worker(url, "cli_bodies:greet", *FAST)
+    workers.append(worker)
+    worker.wait_for("workflow 'wf-1': finished")
+    assert worker.stop() == 0, "".join(worker.log)
+
+    shown = cli.show(lifecycle_store, "wf-1")
+
+    assert shown["status"]["status"] == "finished"
+    assert [d["key"] for d in shown["dead_letters"]] == [unread]
+    assert read != unread

@@ -158,3 +158,66 @@ def test_encode_value_turns_any_codecs_refusal_into_one_error() -> None:
 
 def test_encode_value_passes_an_accepted_value_through() -> None:
     assert encode_value(JsonCodec(), {"b": 1, "a": 2}, workflow="wf", key="k") == '{"a":2,"b":1}'
+
+
+class _Level(int):
+    """An int subclass (as an IntEnum is): not one of the exact types encoded in one call."""
+
+    def __repr__(self) -> str:
+        return f"Level({int(self)})"
+
+
+EXACT_SCALARS: list[object] = [
+    None,
+    True,
+    False,
+    0,
+    -17,
+    2**70,
+    "",
+    "plain",
+    'quote " backslash \\ newline \n nul \x00 del \x7f',
+    "zürich ☃ 東京 \u2028 \ud800",
+]
+
+
+@pytest.mark.parametrize("value", EXACT_SCALARS, ids=repr)
+def test_a_scalar_encodes_exactly_as_the_full_encoder_writes_it(value: object) -> None:
+    """None, bool, int and str skip the walk and the encoder's dispatch; what they encode
+    to must not move, or a record written before this release would lose a race it tied."""
+    from durable.codec import _ENCODER
+
+    codec = JsonCodec()
+    assert codec.encode(value) == _ENCODER.encode(value)
+    assert codec.decode(codec.encode(value)) == value
+
+
+def test_a_subclass_of_a_scalar_takes_the_full_path() -> None:
+    # json writes an int subclass through int's repr, never the subclass's own.
+    assert JsonCodec().encode(_Level(3)) == "3"
+    assert JsonCodec().encode({"level": _Level(3)}) == '{"level":3}'
+
+
+def test_an_int_too_long_to_write_is_refused_as_a_type_error() -> None:
+    with pytest.raises(TypeError, match="digits"):
+        JsonCodec().encode(10**5000)
+
+
+@pytest.mark.parametrize(
+    "text", [" 1", "1 ", " [1, 2] ", "\n{}\t", "[1", "x", "", "1 2", "{} []", '"\\u"']
+)
+def test_decode_reads_or_refuses_as_the_full_decoder_does(text: str) -> None:
+    """The fast read (the scanner alone) falls back to the full decoder for anything it
+    does not consume exactly, blanks and malformed text alike."""
+    import json
+
+    full = json.JSONDecoder()
+    try:
+        expected: object = ("value", full.decode(text))
+    except json.JSONDecodeError as error:
+        expected = ("error", str(error))
+    try:
+        got: object = ("value", JsonCodec().decode(text))
+    except json.JSONDecodeError as error:
+        got = ("error", str(error))
+    assert got == expected

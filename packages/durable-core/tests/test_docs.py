@@ -47,11 +47,21 @@ Directives (several may share one comment):
 ``file=PATH``
     Write the block to ``PATH`` in the page's directory instead of running it (a module a
     later command imports, such as the workflow a ``durable worker`` runs). It must compile
-    and define every name it uses.
-``entry-point=NAME``
+    and define every name it uses. Several blocks of a page may name one ``PATH``: they are
+    the parts of one file, shown with prose between them, and the file is their sources
+    joined in page order, written, checked and installed whole whenever any part runs.
+``entry-point=NAME[:OBJECT][,NAME[:OBJECT]...]``
     With ``file=``: also install the module as the store plugin ``NAME`` (an entry point in
     the ``durable`` group of a distribution called ``NAME``), for the page's commands only,
-    as a third party's ``pip install`` would, before the page's first block runs.
+    as a third party's ``pip install`` would, before the page's first block runs. Several
+    entry points make one distribution, called by the first: each names the module, or
+    with ``:OBJECT`` an object of it (``litestore-split = litestore:split``).
+``certify=NAME[,NAME...]``
+    With ``entry-point=``: the named stores are also certified, in a test of their own
+    (``test_a_store_the_docs_write_is_certified``): the file, installed as the same
+    distribution outside the page, must pass a whole ``pytest --durable-store=NAME`` run.
+    The page's own ``pytest`` lines are only collected (below); this is the one place a
+    page's store meets the whole suite.
 
 There is no directive to skip a block: every example runs. One that needs a server at a
 named host names it in a URL literal, and ``store=`` points that at a testbed. (A block
@@ -111,6 +121,7 @@ import asyncio
 import builtins
 import contextlib
 import io
+import json
 import os
 import re
 import shlex
@@ -153,7 +164,17 @@ PYTHON = {"python", "py", "python3"}
 SHELL = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
-KNOWN = {"setup", "body", "store", "file", "entry-point", "after", "expect", "output"}
+KNOWN = {
+    "setup",
+    "body",
+    "store",
+    "file",
+    "entry-point",
+    "certify",
+    "after",
+    "expect",
+    "output",
+}
 COMMANDS = ("durable ", "pytest ", "python ")
 """What a line of a shell block starts with, when it is a command the page runs (an install
 from the clone runs too: ``installs_from_clone``)."""
@@ -205,6 +226,8 @@ def parse_directives(text: str, where: str) -> dict[str, str]:
         found[key] = value
     if "entry-point" in found and "file" not in found:
         raise ValueError(f"{where}: entry-point= installs a file= block; this block has no file=")
+    if "certify" in found and "entry-point" not in found:
+        raise ValueError(f"{where}: certify= certifies entry-point= stores; this block has none")
     return found
 
 
@@ -292,6 +315,12 @@ def installs_from_clone(line: str) -> bool:
 
 ALL_BLOCKS = [block for path in pages() for block in read_blocks(path)]
 RUNNING = [block for block in ALL_BLOCKS if block.runs]
+
+
+def file_source(blocks: Sequence[Block], path: str) -> str:
+    """The file ``path`` as a page writes it: every block naming it, joined in page order."""
+    parts = [block.source for block in blocks if block.directives.get("file") == path]
+    return "\n\n".join(part.strip("\n") for part in parts) + "\n"
 
 
 # --- what a block may leave to the test -------------------------------------------------
@@ -667,21 +696,22 @@ class PageRun:
     def _file(self, block: Block) -> None:
         target = self.directory / block.directives["file"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(block.source, encoding="utf-8")
-        missing = undefined(block.source, {"__name__": target.stem})
+        source = file_source(self.blocks, block.directives["file"])
+        target.write_text(source, encoding="utf-8")
+        missing = undefined(source, {"__name__": target.stem})
         assert not missing, f"{block.name} ({target.name}) uses undefined {', '.join(missing)}"
-        exec(compile(block.source, str(target), "exec"), {"__name__": target.stem})
-        name = block.directives.get("entry-point")
-        if name:
-            self._install(name, target)
+        exec(compile(source, str(target), "exec"), {"__name__": target.stem})
+        points = block.directives.get("entry-point")
+        if points:
+            self._install(points, target)
 
-    def _install(self, name: str, module: Path) -> None:
+    def _install(self, points: str, module: Path) -> None:
         """A distribution ``name`` with ``module`` as its ``durable`` entry point, in the
         page's virtualenv, where ``pip install`` would put it (so seen by the page's
         commands, not by this process)."""
         if self.virtualenv is None:
             raise LookupError(
-                f"entry-point={name} installs into the page's virtualenv, and {self.page} has "
+                f"entry-point={points} installs into the page's virtualenv, and {self.page} has "
                 "none: a page has one when it installs from the clone (pip install ./...)"
             )
         site = Path(
@@ -690,11 +720,7 @@ class PageRun:
             ).stdout.strip()
         )
         shutil.copyfile(module, site / module.name)
-        info = site / f"{name}-0.0.0.dist-info"
-        info.mkdir(exist_ok=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
-        (info / "entry_points.txt").write_text(f"[durable]\n{name} = {module.stem}\n")
-        (info / "INSTALLER").write_text("durable-docs-test\n")
+        install_metadata(site, points, module.stem)
 
     # The page's virtualenv and commands
 
@@ -882,6 +908,28 @@ class PageRun:
         return AssertionError("\n".join(failures)) if failures else None
 
 
+def entry_points(points: str, module: str) -> dict[str, str]:
+    """The entry points an ``entry-point=`` directive names, each name to what it loads."""
+    found = {}
+    for point in points.split(","):
+        name, _, attribute = point.partition(":")
+        found[name] = f"{module}:{attribute}" if attribute else module
+    return found
+
+
+def install_metadata(site: Path, points: str, module: str) -> None:
+    """What ``pip install`` leaves beside a distribution whose one module is ``module`` and
+    whose ``durable`` entry points are ``points`` (it is called by the first of them)."""
+    named = entry_points(points, module)
+    distribution = next(iter(named))
+    info = site / f"{distribution}-0.0.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.0.0\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in named.items())
+    (info / "entry_points.txt").write_text(f"[durable]\n{lines}")
+    (info / "INSTALLER").write_text("durable-docs-test\n")
+
+
 def _under(module: object, directory: Path) -> bool:
     location = getattr(module, "__file__", None)
     return isinstance(location, str) and Path(location).is_relative_to(directory)
@@ -963,6 +1011,53 @@ def test_every_fence_names_its_language(path: Path) -> None:
     """An untagged fence would hide a Python example from these tests."""
     untagged = [block.name for block in read_blocks(path) if not block.language]
     assert not untagged, f"give these fences a language (```python, ```text, ...): {untagged}"
+
+
+CERTIFIED = [block for block in ALL_BLOCKS if "certify" in block.directives]
+
+CERTIFY_PATIENCE = 300.0
+"""Seconds a whole certification run of a page's store may take (it takes under one)."""
+
+
+@pytest.mark.timeout(CERTIFY_PATIENCE + PATIENCE)
+@pytest.mark.parametrize("block", CERTIFIED, ids=[block.name for block in CERTIFIED])
+def test_a_store_the_docs_write_is_certified(block: Block, tmp_path: Path) -> None:
+    """A store a page writes is certified by the whole suite, exactly as the page shows it:
+    its parts joined into one module, installed as a distribution with its entry point
+    (on the import path of a fresh process, where ``pip install`` would put it), and
+    certified from an empty directory by ``pytest --durable-store=NAME``, as its author
+    would run it. The page's own ``pytest`` line is only collected; this runs the suite."""
+    names = block.directives["certify"]
+    path = block.directives["file"]
+    site = tmp_path / "site"
+    site.mkdir()
+    module = site / Path(path).name
+    module.write_text(
+        file_source([b for b in ALL_BLOCKS if b.page == block.page], path), encoding="utf-8"
+    )
+    install_metadata(site, block.directives["entry-point"], module.stem)
+    work = tmp_path / "work"
+    work.mkdir()
+    report = tmp_path / "certification.json"
+    environment = dict(os.environ, PYTHONPATH=str(site))
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"),
+            f"--durable-store={names}",
+            f"--durable-report={report}",
+        ],
+        cwd=work,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=CERTIFY_PATIENCE,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stdout[-8000:]}{done.stderr[-4000:]}"
+    verdicts = json.loads(report.read_text(encoding="utf-8"))["stores"]
+    for name in names.split(","):
+        assert verdicts[name]["certified"], verdicts[name]["summary"]
 
 
 def test_the_readme_set_up_commands_name_scripts_the_hatch_env_defines() -> None:
@@ -1199,6 +1294,27 @@ def test_an_f_string_naming_no_store_is_left_alone() -> None:
 def test_a_store_url_inside_an_f_string_is_refused_rather_than_run_unisolated() -> None:
     with pytest.raises(ValueError, match="redis:// URL inside an f-string"):
         rewritten('open(f"redis://{host}:6379/0?prefix=payments")', ONE_NODE)
+
+
+def test_certify_without_an_entry_point_is_refused() -> None:
+    with pytest.raises(ValueError, match="certify= certifies entry-point= stores"):
+        parse_directives("file=mystore.py certify=mystore", "page.md:1")
+
+
+def test_several_entry_points_name_the_module_or_an_object_of_it() -> None:
+    assert entry_points("litestore,litestore-split:split", "litestore") == {
+        "litestore": "litestore",
+        "litestore-split": "litestore:split",
+    }
+
+
+def test_the_parts_of_a_file_are_joined_in_page_order() -> None:
+    parts = [
+        Block("page.md", 1, "python", "import asyncio\n", {"file": "store.py"}),
+        Block("page.md", 5, "python", "print('elsewhere')\n", {}),
+        Block("page.md", 9, "python", "\nSCHEMA = ''\n", {"file": "store.py"}),
+    ]
+    assert file_source(parts, "store.py") == "import asyncio\n\nSCHEMA = ''\n"
 
 
 def test_an_entry_point_without_a_file_is_refused() -> None:

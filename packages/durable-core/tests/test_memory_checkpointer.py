@@ -689,6 +689,25 @@ async def test_an_id_with_a_control_character_is_refused_naming_it_and_where(
     assert await store.workflows() == []
 
 
+def test_check_key_refuses_exactly_the_control_characters() -> None:
+    """check_key settles a printable key without its regular expression; every code point
+    of category Cc is still refused, in any position, and no other is."""
+    import unicodedata
+
+    from durable.boundary import check_key
+
+    for point in range(0x3000):
+        char = chr(point)
+        if 0xD800 <= point <= 0xDFFF:
+            continue
+        for key in (char, f"k{char}", f"{char}k"):
+            if unicodedata.category(char) == "Cc":
+                with pytest.raises(ValueError, match="has a control character"):
+                    check_key("wf", key)
+            else:
+                assert check_key("wf", key) == key
+
+
 async def test_a_key_with_a_control_character_is_refused_and_other_unicode_is_not() -> None:
     store, _ = memory_store()
     holder = await claimed(store, "wf")

@@ -413,6 +413,14 @@ class CutCheckpointer(MemoryCheckpointer):
         self.switch.reach("record")
         return await super().record(holder, key, value)
 
+    async def history(self, workflow: str) -> list[Entry]:
+        self.switch.reach("load")  # what a pass reads its records with, operations and all
+        return await super().history(workflow)
+
+    async def record_as(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
+        self.switch.reach("record")
+        return await super().record_as(holder, key, value, operation)
+
     async def renew(self, holder: Pass) -> Pass:
         self.switch.reach("renew")
         return await super().renew(holder)
@@ -957,6 +965,60 @@ async def test_stop_with_nothing_running_returns_promptly() -> None:
     await asyncio.wait_for(worker, 1)
 
 
+class LosesCancellation(MemoryScheduler):
+    """A scheduler whose timer call loses a cancellation landing in it, as redis-py's
+    asyncio client can: the reply comes back as if nothing happened."""
+
+    async def wake_due(self, now: datetime) -> tuple[str, ...]:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1)  # a command in flight, where the worker's stop lands
+        return await super().wake_due(now)
+
+
+async def test_a_timer_call_that_loses_its_cancellation_does_not_keep_the_worker_running() -> None:
+    durable = MemoryDurable(MemoryCheckpointer(), LosesCancellation())
+    stop = asyncio.Event()
+
+    async def body(run: Run[Any]) -> None:
+        raise AssertionError("nothing is ready")
+
+    worker = asyncio.ensure_future(work(durable, body, stop=stop, **QUICK))
+    await asyncio.sleep(0.03)
+    stop.set()
+    # Before: the timer slept and went round again for ever, and the worker waited for it.
+    await asyncio.wait_for(worker, 5)
+
+
+async def test_a_pass_that_ignores_its_cancellation_is_left_behind_with_an_error(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("durable.worker.STOP_WAIT", timedelta(milliseconds=200))
+    durable, _ = spied()
+    stop = asyncio.Event()
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def body(run: Run[Any]) -> None:
+        started.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.01)
+
+    await durable.scheduler.make_ready("wf-stubborn")
+    worker = asyncio.ensure_future(
+        work(durable, body, stop=stop, grace=timedelta(milliseconds=50), **QUICK)
+    )
+    try:
+        await asyncio.wait_for(started.wait(), 5)
+        stop.set()
+        await asyncio.wait_for(worker, 5)
+    finally:
+        release.set()
+    stuck = [r.getMessage() for r in worker_records(caplog) if "did not end" in r.getMessage()]
+    assert len(stuck) == 1
+    assert "'wf-stubborn'" in stuck[0]
+
+
 # -- refused settings --------------------------------------------------------------------
 
 
@@ -1404,6 +1466,14 @@ class Counting(MemoryCheckpointer):
         self.calls["record"] += 1
         return await super().record(holder, key, value)
 
+    async def history(self, workflow: str) -> list[Entry]:
+        self.calls["load"] += 1  # a pass reads its records, and their operations, in one read
+        return await super().history(workflow)
+
+    async def record_as(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
+        self.calls["record"] += 1
+        return await super().record_as(holder, key, value, operation)
+
     async def settle(self, holder: Pass, settlement: Settlement) -> None:
         self.calls["settle"] += 1
         await super().settle(holder, settlement)
@@ -1438,7 +1508,8 @@ async def test_a_pass_makes_the_same_writes_as_before_lifecycle_and_a_step_none_
         return 5
 
     await durable.start(five, WORKFLOW)
-    async with working(durable, registry, clock=clock):
+    # The schedule loop's reads are the worker's, not the pass's: counted apart, elsewhere.
+    async with working(durable, registry, clock=clock, schedules=False):
         assert (await spy.answer())[0] == "done"
     assert counting.calls == Counter({"begin": 1, "load": 1, "record": 5, "settle": 1})
 
@@ -1471,3 +1542,60 @@ async def test_a_pass_cancelled_by_a_stopping_worker_gives_its_attempt_back(
     st = await status_of(durable)
     assert (st.status, st.attempts) == (Status.SLEEPING, 0)
     assert await durable.checkpointer.claimed(WORKFLOW) is None
+
+
+class _Unrouted:
+    """A scheduler as the previous release defined one: every Scheduler method, no routing."""
+
+    def __init__(self, inner: MemoryScheduler) -> None:
+        self._inner = inner
+        self.lease = inner.lease
+        self.prepare = inner.prepare
+        self.make_ready = inner.make_ready
+        self.next_ready = inner.next_ready
+        self.reclaim = inner.reclaim
+        self.wake_at = inner.wake_at
+        self.wake_due = inner.wake_due
+        self.done = inner.done
+        self.cancel = inner.cancel
+
+
+async def test_a_worker_asked_for_queues_refuses_a_scheduler_that_does_not_route() -> None:
+    from durable.interfaces import QueuesNotOffered, Routed
+
+    durable = MemoryDurable()
+    assert isinstance(durable.scheduler, Routed)
+    unrouted = _Unrouted(durable.scheduler)
+    assert not isinstance(unrouted, Routed)
+    durable._scheduler = unrouted  # type: ignore[assignment]
+    with pytest.raises(QueuesNotOffered, match="does not route by queue"):
+        await work(durable, Workflows(), queues=["payments"])
+    with pytest.raises(ValueError, match="queues is empty"):
+        await work(MemoryDurable(), Workflows(), queues=[])
+
+
+async def test_a_worker_serving_a_queue_leaves_the_other_queues_workflows_ready() -> None:
+    durable = MemoryDurable()
+    registry = Workflows()
+    ran: list[str] = []
+
+    @registry.kind("charge", queue="payments")
+    async def charge(run: Run[Any], order: object) -> None:
+        ran.append(run.workflow)
+
+    @registry.kind("mail", queue="emails")
+    async def mail(run: Run[Any], order: object) -> None:
+        ran.append(run.workflow)
+
+    charged = await durable.start(charge, "c-1")
+    await durable.start(mail, "m-1")
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        work(durable, registry, queues=["payments"], poll=timedelta(milliseconds=20), stop=stop)
+    )
+    await charged.result(timeout=5)
+    await asyncio.sleep(0.1)
+    stop.set()
+    await task
+    assert ran == ["c-1"]
+    assert (await status_of(durable, "m-1")).status == Status.READY

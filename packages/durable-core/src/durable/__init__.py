@@ -6,6 +6,7 @@ a time, fenced; first writer wins; exactly-once for effects that live in the sto
 stated by the protocols in :mod:`durable.interfaces` and met by each store.
 """
 
+from durable.children import ChildCancelled, ChildFailed, ChildHandle
 from durable.clock import Clock, ManualClock, SystemClock
 from durable.codec import CheckpointCodec, JsonCodec, UnencodableValue
 from durable.interfaces import (
@@ -20,9 +21,12 @@ from durable.interfaces import (
     Fenced,
     Interruption,
     LifecycleNotOffered,
+    LimitsNotOffered,
     NotRetryable,
     Page,
     Pass,
+    QueueLimit,
+    QueuesNotOffered,
     Recorded,
     Scheduler,
     StartConflict,
@@ -36,6 +40,7 @@ from durable.interfaces import (
 )
 from durable.plugins import StorePlugin, open, stores
 from durable.policy import RetryPolicy
+from durable.run import DeadlineExceeded, StepContext, StepFailed
 from durable.workflows import (
     InputRefused,
     Kind,
@@ -50,8 +55,12 @@ __all__ = [
     "SENT_PREFIX",
     "CheckpointCodec",
     "Checkpointer",
+    "ChildCancelled",
+    "ChildFailed",
+    "ChildHandle",
     "Clock",
     "Contended",
+    "DeadlineExceeded",
     "Delivery",
     "Durable",
     "Entry",
@@ -62,15 +71,20 @@ __all__ = [
     "JsonCodec",
     "Kind",
     "LifecycleNotOffered",
+    "LimitsNotOffered",
     "ManualClock",
     "NotRetryable",
     "Page",
     "Pass",
+    "QueueLimit",
+    "QueuesNotOffered",
     "Recorded",
     "RetryPolicy",
     "Scheduler",
     "StartConflict",
     "Status",
+    "StepContext",
+    "StepFailed",
     "StoreError",
     "StorePlugin",
     "StoreUnavailable",

@@ -14,9 +14,13 @@ from durable.interfaces import INBOX_PREFIX, SENT_PREFIX, Failure, Pass, Settlem
 
 __all__ = [
     "check_duration",
+    "check_ended",
     "check_key",
     "check_kind",
     "check_message_id",
+    "check_moment",
+    "check_operation",
+    "check_queues",
     "check_settlement",
     "check_workflow",
     "shown",
@@ -65,12 +69,17 @@ def check_key(workflow: str, key: object, *, inbox: bool = False) -> str:
         raise ValueError(
             f"workflow {workflow!r}: a record key must be a non-empty string, got {key!r}"
         )
-    where = _control_character(key)
-    if where is not None:
+    # A printable str has no control character (category Cc is never printable), and
+    # isprintable is one C loop where the search is a regular expression: the common key
+    # is settled without it.
+    if not key.isprintable() and _CONTROL.search(key) is not None:
         raise ValueError(
             f"workflow {workflow!r}: record key {shown(key)} has a control character "
-            f"({where}); keys are printed by show, one to a line, so they may not contain one"
+            f"({_control_character(key)}); keys are printed by show, one to a line, so they "
+            "may not contain one"
         )
+    if not key.startswith(_RESERVED_KEYS):
+        return key  # the common case, settled by one call: every store write checks its key
     if not inbox and key.startswith(INBOX_PREFIX):
         raise ValueError(
             f"workflow {workflow!r}, key {key!r}: keys starting with {INBOX_PREFIX!r} are "
@@ -84,6 +93,9 @@ def check_key(workflow: str, key: object, *, inbox: bool = False) -> str:
             "reserved for the message ids append remembers, which only the store writes"
         )
     return key
+
+
+_RESERVED_KEYS = (INBOX_PREFIX, SENT_PREFIX)
 
 
 def check_message_id(workflow: str, message_id: object) -> str | None:
@@ -120,6 +132,33 @@ def check_duration(name: str, value: object, *, workflow: str | None = None) -> 
     return value
 
 
+def check_moment(name: str, value: object, *, workflow: str) -> datetime:
+    """A time given to a store (``Dated``'s writes) is a timezone-aware ``datetime``: a
+    naive one would be read in whatever zone the store's server runs in."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise TypeError(
+            f"workflow {workflow!r}: {name} must be a timezone-aware datetime, got {value!r}"
+        )
+    return value
+
+
+def check_ended(workflow: str, statuses: object, before: object) -> frozenset[Status]:
+    """What ``Prunable.discard_ended`` may be asked: terminal statuses only (a prune never
+    removes a workflow that may still run), and an aware moment."""
+    if not isinstance(statuses, frozenset) or not statuses:
+        raise TypeError(
+            f"workflow {workflow!r}: statuses must be a non-empty frozenset, got {statuses!r}"
+        )
+    for status in statuses:
+        if not isinstance(status, Status) or not status.terminal:
+            raise ValueError(
+                f"workflow {workflow!r}: only a finished, failed or cancelled workflow is "
+                f"discarded as ended, not {status!r}"
+            )
+    check_moment("before", before, workflow=workflow)
+    return statuses
+
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 """Unicode category Cc, which is exactly C0, DEL and C1; a class rather than a call to
 ``unicodedata.category`` per character, since every store operation checks its id."""
@@ -147,6 +186,49 @@ def check_kind(name: object) -> str:
             "'_', '.' and '-', not starting with '.' or '-'"
         )
     return name
+
+
+OPERATION_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+"""An operation's name, as ``Operational.record_as`` keeps it: a lowercase letter, then at
+most 31 of lowercase letters, digits, ``_`` and ``-``. So narrow that a store can keep it
+beside a value with any separator outside that alphabet, no escaping."""
+
+
+def check_operation(workflow: str, key: str, operation: object) -> str:
+    """An operation's name matches ``OPERATION_NAME``; refused naming workflow and key."""
+    if type(operation) is str and operation in _OPERATIONS_SEEN:
+        return operation  # every step's write names "step": settled without the match
+    if not isinstance(operation, str) or OPERATION_NAME.fullmatch(operation) is None:
+        raise ValueError(
+            f"workflow {workflow!r}, key {key!r}: operation {shown(operation)} is not allowed: "
+            "an operation is a lowercase letter and at most 31 of a-z, 0-9, '_' and '-'"
+        )
+    if type(operation) is str and len(_OPERATIONS_SEEN) < _OPERATIONS_KEPT:
+        _OPERATIONS_SEEN.add(operation)
+    return operation
+
+
+_OPERATIONS_SEEN: set[str] = set()
+_OPERATIONS_KEPT = 64
+"""Names ``check_operation`` has passed (exact ``str`` only, never a subclass whose
+equality could lie), at most this many: durable's own few and an application's, bounded
+so that a caller inventing names cannot grow it."""
+
+
+def check_queues(queues: object) -> frozenset[str]:
+    """The queues a taker serves: a non-empty collection of queue names (named as kinds are);
+    ``TypeError`` for a ``str`` or another type, ``ValueError`` for an empty one or a bad name."""
+    if isinstance(queues, str | bytes) or not isinstance(queues, set | frozenset | list | tuple):
+        raise TypeError(f"queues is a set of queue names, got {shown(queues)}")
+    if not queues:
+        raise ValueError("queues is empty: a taker serves at least one queue")
+    for queue in queues:
+        if not isinstance(queue, str) or KIND_NAME.fullmatch(queue) is None:
+            raise ValueError(
+                f"queue {shown(queue)} is not allowed: a queue is named as a kind is, 1 to 100 "
+                "of letters, digits, '_', '.' and '-', not starting with '.' or '-'"
+            )
+    return frozenset(queues)
 
 
 def check_settlement(holder: Pass, settlement: Settlement) -> Settlement:

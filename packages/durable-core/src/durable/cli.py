@@ -11,14 +11,19 @@ of failure it was:
 0     done (a worker stopped by SIGINT or SIGTERM also exits 0)
 1     the store failed or could not be reached
 2     bad usage or input: unknown store scheme, malformed URL or JSON, bad MODULE:BODY
-3     no such workflow in this store
+3     no such workflow in this store (``arrive``/``send`` without ``--create``, ``discard``
+      too), or an SQLite file that does not exist (never created by a reading command)
 4     this store cannot do that (``list`` on a store without ``enumerate``, ``start`` on
       one without ``lifecycle``)
 5     refused at the confirmation prompt
 6     refused by the workflow's state: ``start`` of an id started with another kind or
-      input, ``retry`` of a workflow that is neither failed nor cancelled
+      input, ``retry`` of a workflow that is neither failed nor cancelled, an ``arrive``
+      that lost to an earlier, different value
 7     ``result`` of a workflow that failed or was cancelled (its status line on stderr)
 8     ``result`` timed out (``--timeout``) before the workflow settled
+9     ``doctor`` found something that needs a person (what ``--repair`` repaired does not
+      count)
+10    ``check`` found an unfinished workflow the new code would break
 ====  =====================================================================
 """
 
@@ -41,14 +46,20 @@ from typing import Any, NoReturn, TextIO
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import durable
+from durable import doctor as durable_doctor
+from durable import guards
+from durable.children import children_of, parent_of
+from durable.cli_schedule import register as register_schedule
 from durable.interfaces import (
     Durable,
     Entry,
     Enumerable,
     Inspectable,
     LifecycleNotOffered,
+    LimitsNotOffered,
     NotRetryable,
     Observable,
+    QueuesNotOffered,
     StartConflict,
     Status,
     StoreUnavailable,
@@ -56,6 +67,8 @@ from durable.interfaces import (
     WorkflowStatus,
 )
 from durable.plugins import UnknownStore, broken_stores
+from durable.run import step_entry
+from durable.schedules import UnknownSchedule
 from durable.workflows import (
     Kind,
     LifecycleDurable,
@@ -67,13 +80,17 @@ from durable.workflows import (
 __all__ = ["STORE_VARIABLE", "main", "status_line"]
 
 OK, FAILED, USAGE, NOT_FOUND, UNSUPPORTED, DECLINED = 0, 1, 2, 3, 4, 5
-REFUSED, UNSUCCESSFUL, TIMED_OUT = 6, 7, 8
+REFUSED, UNSUCCESSFUL, TIMED_OUT, ATTENTION = 6, 7, 8, 9
 
 STORE_VARIABLE = "DURABLE_STORE"
 """The environment variable that supplies the store URL when a command is given none."""
 
 SHOWN = 200
-"""How many characters of a value ``show`` prints before cutting it (``--full`` prints all)."""
+"""How many characters of a value ``show`` prints on one line before cutting it, or of
+one line of a pretty-printed value (``--full`` prints all)."""
+
+SHOWN_LINES = 20
+"""How many lines of a pretty-printed value ``show`` prints before cutting it."""
 
 IN_A_LINE = 80
 """How many characters of a finished workflow's value its status line shows."""
@@ -334,6 +351,27 @@ async def _open_when_reachable(
             delay = min(delay * 2, BACKOFF_CAP)
 
 
+def _age(text: str) -> timedelta:
+    from durable.transfer import parse_age
+
+    try:
+        age = parse_age(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if age <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{text!r} is no time at all: give a positive age")
+    return age
+
+
+def _prune_policy(args: argparse.Namespace) -> Any:
+    """``work``'s ``prune`` from ``--prune-finished-before`` and ``--prune-every``."""
+    if args.prune_finished_before is None:
+        return None
+    from durable.transfer import PrunePolicy
+
+    return PrunePolicy(args.prune_finished_before, every=args.prune_every)
+
+
 async def _worker(args: argparse.Namespace, out: TextIO) -> int:
     from durable.worker import work
 
@@ -396,13 +434,15 @@ async def _worker(args: argparse.Namespace, out: TextIO) -> int:
                 log.info("worker: stopped before the store could be opened")
                 return OK
             log.info(
-                "worker: %s%s on %s, %d at once, liveness %s, delivery lease %s",
+                "worker: %s%s%s on %s, %d at once, liveness %s, delivery lease %s%s",
                 args.body,
                 f" as {args.name}" if args.name else "",
+                f" serving queue(s) {', '.join(args.queue)}" if args.queue else "",
                 _redacted(url),
                 args.limit,
                 _in_seconds(args.liveness),
                 _in_seconds(store.scheduler.lease),
+                "" if args.schedules else ", starting no schedule's ticks (--no-schedules)",
             )
             running = asyncio.ensure_future(
                 work(
@@ -417,6 +457,9 @@ async def _worker(args: argparse.Namespace, out: TextIO) -> int:
                     tick=args.tick,
                     retry=args.retry,
                     name=args.name,
+                    queues=args.queue,
+                    schedules=args.schedules,
+                    prune=_prune_policy(args),
                 )
             )
             try:
@@ -431,33 +474,96 @@ async def _worker(args: argparse.Namespace, out: TextIO) -> int:
     return OK
 
 
+def _existing(url: str) -> str:
+    """``url``, unless it names an SQLite file that does not exist: opening it would create
+    an empty database, so a mistyped path would answer "no such workflow" and leave a file
+    behind. Exit 3 instead, with nothing created."""
+    missing = guards.missing_sqlite_file(url)
+    # Only where an SQLite store is installed: else opening names the package to install.
+    if missing is not None and any("sqlite" in p.schemes for p in durable.stores().values()):
+        raise Exit(
+            NOT_FOUND,
+            f"no store at {_redacted(url)}: the file {str(missing)!r} does not exist "
+            "(nothing was created; `durable start` or `--create` makes it)",
+        )
+    return url
+
+
+def _registry(spec: str | None) -> Workflows | None:
+    """The registry ``--workflows MODULE:NAME`` names, or None when it is not given."""
+    if spec is None:
+        return None
+    target = _import(spec)
+    if _why_not_a_registry(target) is not None and _why_not_a_body(target) is not None:
+        raise Exit(USAGE, f"--workflows {spec} is not a Workflows, a Kind or a body")
+    return Workflows.of(target)  # type: ignore[arg-type]
+
+
 async def _arrive(args: argparse.Namespace, out: TextIO) -> int:
     value = _json_argument(args.value, "VALUE")
-    async with _open(_store_url(args)) as store:
-        stored = await store.arrive(args.workflow, args.key, value)
-    out.write(json.dumps(stored) + "\n")
+    registry = _registry(args.workflows)
+    url = _store_url(args)
+    async with _open(url if args.create else _existing(url)) as store:
+        recorded = await guards.arrive(
+            store, args.workflow, args.key, value, create=args.create, workflows=registry
+        )
+    out.write(json.dumps(recorded.value) + "\n")
+    if not recorded.first:
+        raise Exit(
+            REFUSED,
+            f"{args.workflow}: {args.key!r} already holds {_in_a_line(recorded.value)}, "
+            f"written earlier; {_in_a_line(value)} was not written (first writer wins)",
+        )
     return OK
 
 
 async def _send(args: argparse.Namespace, out: TextIO) -> int:
     value = _json_argument(args.value, "VALUE")
-    async with _open(_store_url(args)) as store:
-        key = await store.send(args.workflow, value, message_id=args.message_id)
+    registry = _registry(args.workflows)
+    url = _store_url(args)
+    async with _open(url if args.create else _existing(url)) as store:
+        key = await guards.send(
+            store,
+            args.workflow,
+            value,
+            message_id=args.message_id,
+            create=args.create,
+            workflows=registry,
+        )
     out.write(key + "\n")
     return OK
 
 
-def _cut(value: object, full: bool) -> str:
-    """A value as JSON on one line, cut to :data:`SHOWN` characters unless ``full``, with
-    a marker saying how much was left out, so one large record does not bury the rest."""
-    text = json.dumps(value)
+def _cut_line(text: str, full: bool) -> str:
+    """``text`` cut to :data:`SHOWN` characters unless ``full``, saying how much was left out."""
     if full or len(text) <= SHOWN:
         return text
     return f"{text[:SHOWN]}... [{len(text) - SHOWN:,} more characters; --full shows them]"
 
 
+def _cut(value: object, full: bool, margin: str = "    ") -> str:
+    """A value as ``show`` prints it, so one large record does not bury the rest.
+
+    A value whose JSON fits in :data:`SHOWN` characters stays on its line. A longer object
+    or array (a model's response, say) is pretty-printed over the lines that follow, each
+    starting with ``margin``: a JSON line cut to its first :data:`SHOWN_LINES` lines, which
+    a reader can follow where a line cut mid-object could not be read at all, with a marker
+    saying how many lines were left out (and each line cut like a scalar). A longer scalar
+    (a string) is cut at :data:`SHOWN` characters. ``full`` prints everything whole.
+    """
+    text = json.dumps(value)
+    if len(text) <= SHOWN or not isinstance(value, dict | list):
+        return _cut_line(text, full)
+    lines = json.dumps(value, indent=2).splitlines()
+    kept = lines if full else lines[:SHOWN_LINES]
+    shown = [kept[0], *(margin + _cut_line(line, full) for line in kept[1:])]
+    if len(lines) > len(kept):
+        shown.append(f"{margin}... [{len(lines) - len(kept):,} more lines; --full shows them]")
+    return "\n".join(shown)
+
+
 async def _show(args: argparse.Namespace, out: TextIO) -> int:
-    url = _store_url(args)
+    url = _existing(_store_url(args))
     async with _open(url) as store:
         history = await store.checkpointer.history(args.workflow)
         checkpointer: object = store.checkpointer
@@ -476,10 +582,22 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
             if lifecycle and isinstance(store, LifecycleDurable)
             else None
         )
+        held = {entry.key: entry.value for entry in history}
+        parent = parent_of(held)
+        kids: list[tuple[str, str, str]] = []
+        for key, kid, _ in children_of(held):
+            found = (
+                await store.status(kid)
+                if lifecycle and isinstance(store, LifecycleDurable)
+                else None
+            )
+            kids.append((key, kid, "unknown" if found is None else str(found.status)))
     if not history and claim is None and scheduled is None and st is None:
         raise Exit(NOT_FOUND, f"no workflow {args.workflow!r} in {_redacted(url)}")
     inspectable = isinstance(checkpointer, Inspectable)
     observable = isinstance(scheduler, Observable)
+    # Inbox messages an ended workflow never read (guards.dead_letters, from what was read).
+    dead = guards.unread(history) if st is not None and st.status.terminal else []
     if args.json:
         # Whole values, always: JSON is read by programs, which a cut value would mislead.
         out.write(
@@ -498,6 +616,13 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
                         "budget_until": claim.budget_until.isoformat(),
                     },
                     "scheduled": None if scheduled is None else scheduled.isoformat(),
+                    "dead_letters": [
+                        {"key": e.key, "value": e.value, "at": e.at.isoformat()} for e in dead
+                    ],
+                    "parent": None if parent is None else {"workflow": parent[0], "key": parent[1]},
+                    "children": [
+                        {"key": key, "workflow": kid, "status": said} for key, kid, said in kids
+                    ],
                     # null above means "free", "not scheduled" or "no status" only where the
                     # store can say so; a reader must not take a store's silence for an answer.
                     "unreported": [
@@ -524,11 +649,30 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
         out.write(status_line(st, history, due) + "\n")
         out.write(f"kind: {st.kind if st.kind is not None else '-'}\n")
         out.write(f"attempts: {st.attempts}\n")
-        out.write(f"input: {_cut(st.input, args.full)}\n")
+        out.write(f"input: {_cut(st.input, args.full, margin='  ')}\n")
+    if parent is not None:
+        out.write(f"parent: {parent[0]} (its child under key {parent[1]!r})\n")
+    if kids:
+        out.write(f"children: {len(kids)}\n")
+        for key, kid, its in kids:
+            out.write(f"  {key}  {kid}  {its}\n")
     out.write(f"workflow {args.workflow}\n")
     for entry in history:
         when = entry.at.isoformat(timespec="milliseconds")
-        out.write(f"  {when}  {entry.key}  {_cut(entry.value, args.full)}\n")
+        said = step_entry(entry.key, entry.value)
+        if said is not None:
+            # A step's attempt, as a sentence: "charge: attempt 3 of 5 failed: TimeoutError".
+            out.write(f"  {when}  {said}\n")
+        else:
+            out.write(f"  {when}  {entry.key}  {_cut(entry.value, args.full)}\n")
+    if dead:
+        out.write(
+            f"dead letters: {_plural(len(dead), 'inbox message')} the workflow "
+            f"{st.status.value if st is not None else 'ended'} without reading\n"
+        )
+        for entry in dead:
+            when = entry.at.isoformat(timespec="milliseconds")
+            out.write(f"  {when}  {entry.key}  {_cut(entry.value, args.full)}\n")
     if not inspectable:
         out.write("claim: this store cannot report claims\n")
     elif claim is None:
@@ -549,7 +693,7 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _list(args: argparse.Namespace, out: TextIO) -> int:
-    url = _store_url(args)
+    url = _existing(_store_url(args))
     filtered = args.status is not None or args.kind is not None or args.cursor is not None
     async with _open(url) as store:
         if not _offers_lifecycle(store):
@@ -640,7 +784,9 @@ def status_line(
         if st.step is not None:
             line = f"running step {st.step!r} {where} {since}"
         elif history:
-            line = f"running {where} {since}, after step {history[-1].key!r}"
+            last = history[-1]
+            after = step_entry(last.key, last.value) or f"step {last.key!r}"
+            line = f"running {where} {since}, after {after}"
         else:
             line = f"running {where} {since}"
         if st.until is not None and st.until <= now:
@@ -741,7 +887,7 @@ async def _start(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cancel(args: argparse.Namespace, out: TextIO) -> int:
-    url = _store_url(args)
+    url = _existing(_store_url(args))
     async with _open(url) as opened:
         st = await _lifecycle(opened, url, "cancel workflows").cancel(args.workflow)
     out.write(status_line(st) + "\n")
@@ -749,7 +895,7 @@ async def _cancel(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _retry(args: argparse.Namespace, out: TextIO) -> int:
-    url = _store_url(args)
+    url = _existing(_store_url(args))
     async with _open(url) as opened:
         st = await _lifecycle(opened, url, "retry workflows").retry(args.workflow)
     out.write(status_line(st) + "\n")
@@ -757,7 +903,7 @@ async def _retry(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _result(args: argparse.Namespace, out: TextIO) -> int:
-    url = _store_url(args)
+    url = _existing(_store_url(args))
     async with _open(url) as opened:
         store = _lifecycle(opened, url, "report results")
         if await store.status(args.workflow) is None:
@@ -779,21 +925,39 @@ async def _result(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _discard(args: argparse.Namespace, out: TextIO) -> int:
-    url = _store_url(args)
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise Exit(DECLINED, "refusing to discard without confirmation; pass --yes")
-        prompt = f"discard every record of {args.workflow!r} and cancel its runs? [y/N] "
-        answer = await asyncio.to_thread(input, prompt)
-        if answer.strip().lower() not in {"y", "yes"}:
-            raise Exit(DECLINED, "not discarded")
+    url = _existing(_store_url(args))
     async with _open(url) as store:
+        # Before asking: a mistyped id is exit 3, not a confirmation of nothing.
+        if not await guards.exists(store, args.workflow):
+            raise Exit(
+                NOT_FOUND, f"no workflow {args.workflow!r} in {_redacted(url)}; nothing discarded"
+            )
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise Exit(DECLINED, "refusing to discard without confirmation; pass --yes")
+            prompt = f"discard every record of {args.workflow!r} and cancel its runs? [y/N] "
+            answer = await asyncio.to_thread(input, prompt)
+            if answer.strip().lower() not in {"y", "yes"}:
+                raise Exit(DECLINED, "not discarded")
         await store.discard(args.workflow)
     out.write(f"discarded {args.workflow}\n")
     return OK
 
 
 # --- the parser ----------------------------------------------------------------------------
+
+
+async def _doctor(args: argparse.Namespace, out: TextIO) -> int:
+    url = _existing(_store_url(args))
+    async with _open(url) as store:
+        report = await durable_doctor.examine(
+            store, repair=args.repair, stale=args.stale, attempts=args.attempts, limit=args.limit
+        )
+    if args.json:
+        out.write(json.dumps(report.as_json(), indent=2) + "\n")
+    else:
+        out.write(durable_doctor.render(report))
+    return ATTENTION if report.attention else OK
 
 
 def _versions() -> str:
@@ -863,6 +1027,22 @@ def _url_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _guard_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--create`` and ``--workflows``, the guard rails of ``arrive`` and ``send``."""
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="allow an id the store has never seen, making a new workflow (without it, an "
+        "unknown id exits 3 with nothing written)",
+    )
+    parser.add_argument(
+        "--workflows",
+        metavar="MODULE:NAME",
+        help="the registry whose kind's declared parser checks VALUE before anything is "
+        "written (exit 2 naming kind, key, value and the parser's error)",
+    )
+
+
 _WORKER_DURATIONS: tuple[tuple[str, float, str], ...] = (
     (
         "liveness",
@@ -885,7 +1065,7 @@ def _parser() -> argparse.ArgumentParser:
         f"store takes its URL first, or from ${STORE_VARIABLE}.",
         epilog="exit codes: 0 ok, 1 store failed, 2 bad usage, 3 no such workflow, "
         "4 not supported by this store, 5 not confirmed, 6 refused by the workflow's state, "
-        "7 the workflow failed or was cancelled, 8 timed out",
+        "7 the workflow failed or was cancelled, 8 timed out, 9 doctor: needs attention",
     )
     parser.add_argument(
         "-v",
@@ -942,6 +1122,36 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the worker's identity in `durable show` (default: host:pid)",
     )
+    worker.add_argument(
+        "--queue",
+        action="append",
+        metavar="NAME",
+        default=None,
+        help="serve only this queue (repeat for several; default: every queue); needs a "
+        "store with the 'queues' capability",
+    )
+    worker.add_argument(
+        "--no-schedules",
+        dest="schedules",
+        action="store_false",
+        help="start no schedule's ticks (default: start the ticks of the schedules whose "
+        "kind this worker serves); for a deployment where other workers start them",
+    )
+    worker.add_argument(
+        "--prune-finished-before",
+        type=_age,
+        default=None,
+        metavar="AGE",
+        help="also prune, as `durable prune --finished-before AGE` does, workflows ended "
+        "longer than AGE ago (30d, 12h, 90m; default: no pruning)",
+    )
+    worker.add_argument(
+        "--prune-every",
+        type=_age,
+        default=timedelta(hours=1),
+        metavar="AGE",
+        help="how often to prune, with --prune-finished-before (default 1h)",
+    )
     worker.add_argument("--store", metavar="URL", help="deprecated: give the URL first")
     # Refused with a message naming its two successors, rather than "unrecognized".
     worker.add_argument("--lease", help=argparse.SUPPRESS)
@@ -951,6 +1161,7 @@ def _parser() -> argparse.ArgumentParser:
     _url_argument(arrive)
     for name in ("workflow", "key", "value"):
         arrive.add_argument(name, metavar=name.upper())
+    _guard_arguments(arrive)
     arrive.set_defaults(run=_arrive)
 
     send = commands.add_parser("send", help="append an inbox message and make it ready")
@@ -964,6 +1175,7 @@ def _parser() -> argparse.ArgumentParser:
         help="send at most once: a send whose id the workflow already holds appends nothing "
         "and prints the first one's key (without it, repeating a send appends a second copy)",
     )
+    _guard_arguments(send)
     send.set_defaults(run=_send)
 
     show = commands.add_parser("show", help="a workflow's timeline, claim and schedule")
@@ -971,7 +1183,10 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("workflow", metavar="WORKFLOW")
     show.add_argument("--json", action="store_true", help="as JSON, values whole")
     show.add_argument(
-        "--full", action="store_true", help=f"print values whole (else cut at {SHOWN} characters)"
+        "--full",
+        action="store_true",
+        help=f"print values whole (else cut at {SHOWN} characters, or at {SHOWN_LINES} lines "
+        "of a long object or array, which is pretty-printed)",
     )
     show.set_defaults(run=_show)
 
@@ -1040,7 +1255,70 @@ def _parser() -> argparse.ArgumentParser:
     discard.add_argument("workflow", metavar="WORKFLOW")
     discard.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     discard.set_defaults(run=_discard)
+
+    register_schedule(commands, STORE_VARIABLE)
+    from durable import cli_queue  # per-queue limits: a module of their own
+
+    cli_queue.register(commands, STORE_VARIABLE)
+    from durable import cli_transfer  # export, import, prune: a module of their own
+
+    cli_transfer.register(commands)
+    from durable import cli_check  # the deploy check: a module of its own
+
+    cli_check.register(commands)
+    doctor = commands.add_parser(
+        "doctor", help="what is stuck and why; --repair requeues what would never run again"
+    )
+    _url_argument(doctor)
+    doctor.add_argument("--repair", action="store_true", help="make the safe repairs, say which")
+    doctor.add_argument("--json", action="store_true", help="as JSON, for scripts")
+    doctor.add_argument(
+        "--stale",
+        type=_seconds,
+        default=durable_doctor.STALE,
+        metavar="S",
+        help="runnable this long untaken is reported (seconds; default "
+        f"{durable_doctor.STALE.total_seconds():g})",
+    )
+    doctor.add_argument(
+        "--attempts",
+        type=_positive,
+        default=durable_doctor.ATTEMPTS,
+        metavar="N",
+        help=f"this many attempts is failing repeatedly (default {durable_doctor.ATTEMPTS})",
+    )
+    doctor.add_argument(
+        "--limit",
+        type=_positive,
+        default=durable_doctor.LIMIT,
+        metavar="N",
+        help=f"most ids listed per finding (default {durable_doctor.LIMIT})",
+    )
+    doctor.set_defaults(run=_doctor)
+    _dashboard(commands)
     return parser
+
+
+def _dashboard(commands: Any) -> None:
+    """``durable dashboard``, from the durable-dashboard package (its own, so that the core
+    stays tiny); without it, a stand-in that says how to get it."""
+    try:
+        command = importlib.import_module("durable_dashboard.command")
+    except ImportError:
+        missing = commands.add_parser(
+            "dashboard", help="a web dashboard (pip install durable-dashboard)"
+        )
+        missing.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+        missing.set_defaults(run=_no_dashboard)
+        return
+    command.add_command(commands, _url_argument)
+
+
+async def _no_dashboard(args: argparse.Namespace, out: TextIO) -> int:
+    raise Exit(
+        UNSUPPORTED,
+        "durable dashboard needs the durable-dashboard package: pip install durable-dashboard",
+    )
 
 
 def _ours(name: str) -> bool:
@@ -1087,9 +1365,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         _fail(done.code, str(done))
     except (StartConflict, NotRetryable) as error:
         _fail(REFUSED, str(error))
-    except UnknownWorkflow as error:
+    except (UnknownWorkflow, UnknownSchedule) as error:
         _fail(NOT_FOUND, _one_line(error))
-    except LifecycleNotOffered as error:
+    except (LifecycleNotOffered, QueuesNotOffered, LimitsNotOffered) as error:
         _fail(UNSUPPORTED, _one_line(error))
     except UnknownStore as error:
         _fail(USAGE, str(error))
@@ -1103,7 +1381,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Run as ``python -m durable.cli``, this module is ``__main__``: run the one importable
+    # as ``durable.cli`` instead, whose ``Exit`` is the one the verbs' own modules
+    # (``cli_check``, ``cli_transfer``) raise.
+    from durable.cli import main as _main
+
     try:
-        sys.exit(main())
+        sys.exit(_main())
     except KeyboardInterrupt:  # before asyncio.run started, or after it ended
         sys.exit(130)

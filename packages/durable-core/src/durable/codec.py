@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 from durable.boundary import shown
 
@@ -58,6 +58,15 @@ _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
 _DECODE = json.JSONDecoder().decode
+# The decoder's own scanner (the C one where there is one); typeshed does not declare it.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_SCALARS: dict[type, Callable[[Any], str]] = {
+    str: json.encoder.encode_basestring,  # ensure_ascii=False, as _ENCODER
+    int: int.__repr__,  # what the encoder writes for an int
+    bool: lambda value: "true" if value else "false",
+    type(None): lambda value: "null",
+}
+"""Exact types whose encoding is one call: what ``_ENCODER.encode`` writes for them."""
 
 
 class JsonCodec:
@@ -74,6 +83,14 @@ class JsonCodec:
     __slots__ = ()
 
     def encode(self, value: object) -> str:
+        scalar = _SCALARS.get(type(value))
+        if scalar is not None:
+            # What json itself writes for these exact types, without walking the value for
+            # a refusal none of them can have: a step's result is often one of them.
+            try:
+                return scalar(value)
+            except ValueError as error:  # an int past sys.get_int_max_str_digits()
+                raise TypeError(str(error)) from error
         refusal = _refusal(value, set())
         if refusal is not None:
             raise TypeError(refusal)
@@ -83,7 +100,16 @@ class JsonCodec:
             raise TypeError(str(error)) from error
 
     def decode(self, encoded: str) -> object:
-        return _DECODE(encoded)
+        # The scanner alone reads an encoding this codec wrote (no surrounding blanks)
+        # exactly as the full decode does, without its two whitespace matches; anything
+        # else, malformed included, goes to the full decode and its own error.
+        try:
+            value, end = _SCAN(encoded, 0)
+        except Exception:
+            return _DECODE(encoded)
+        if end != len(encoded):
+            return _DECODE(encoded)
+        return value
 
     def __repr__(self) -> str:
         return "JsonCodec()"

@@ -12,16 +12,19 @@ the pass that restored it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from durable.clock import Clock
-from durable.interfaces import Checkpointer
+from durable.interfaces import Checkpointer, KeyReused
 from durable.run import DEFAULT_BUDGET, DEFAULT_LIVENESS, Finished, Run, resume
 
 __all__ = ["Graph", "GraphError", "Node", "Unfaithful", "run_durably"]
+
+log = logging.getLogger(__name__)
 
 NodeFunction = Callable[..., Awaitable[object]]
 
@@ -102,27 +105,51 @@ async def _execute(run: Run[Any], graph: Graph) -> dict[str, object]:
 
     async def perform(node: Node) -> object:
         if node.name in recorded:
+            kept = run._operations.get(node.name)
+            if kept is not None and kept != "node":
+                raise KeyReused(run.workflow, node.name, kept, "node")
             return recorded[node.name]
         produced = await node.run(**{dep: results[dep] for dep in node.after})
-        outcome = await run._write(node.name, produced)
+        outcome = await run._write(node.name, produced, "node")
         if outcome.first and outcome.value != produced:
             raise Unfaithful(run.workflow, node.name, produced, outcome.value)
         return outcome.value
 
+    failure: BaseException | None = None
     try:
-        while waiting or running:
-            for name, node in list(waiting.items()):
-                if all(dep in results for dep in node.after):
-                    del waiting[name]
-                    running[asyncio.ensure_future(perform(node))] = name
+        while running or (waiting and failure is None):
+            if failure is None:
+                for name, node in list(waiting.items()):
+                    if all(dep in results for dep in node.after):
+                        del waiting[name]
+                        running[asyncio.ensure_future(perform(node))] = name
             finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for future in finished:
                 name = running.pop(future)
-                results[name] = future.result()
+                error = future.exception()
+                if error is None:
+                    results[name] = future.result()
+                elif failure is None:
+                    # Start nothing more, but let the nodes already running end: one
+                    # cancelled now would lose a result it may have earned (its effect
+                    # done, its record on its way) and run again on the next pass.
+                    failure = error
+                else:
+                    log.warning(
+                        "workflow %r: node %r failed too, while the graph was stopping "
+                        "after an earlier failure: %r",
+                        run.workflow,
+                        name,
+                        error,
+                    )
     finally:
+        # Only a cancellation of the whole pass (or an error of the loop itself) finds
+        # nodes still running here; they are cancelled with it.
         for future in running:
             future.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+    if failure is not None:
+        raise failure
     return results
 
 
@@ -140,6 +167,10 @@ async def run_durably(
     Nodes already recorded are not run again; their recorded results feed their
     dependents. Claims the workflow for the pass like ``resume`` (``Contended`` when held,
     ``Fenced`` when superseded). Returns every node's result by name.
+
+    A node that raises stops the graph: nothing more is started, the nodes already running
+    are let finish (so what they earned is recorded and not paid for again on the next
+    pass), and then the first failure propagates. Cancelling the pass cancels them all.
     """
 
     async def body(run: Run[Any]) -> dict[str, object]:

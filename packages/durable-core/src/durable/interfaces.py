@@ -11,12 +11,36 @@ moves that have to cross both, so that a caller can never hold half of one.
 
 Optional protocols a store may also offer, each a capability it declares: listing its
 workflows (:class:`Enumerable`), saying who holds one (:class:`Inspectable`) and when it
-runs next (:class:`Observable`), and keeping each workflow's kind, input, status, attempts
-and outcome (:class:`Lifecycle`). Lifecycle is a protocol of its own rather than more
-``Checkpointer`` methods so that a store written before it stays a ``Checkpointer``, reported
-as not offering it. Its writes ride on the writes a pass already makes (``begin`` is the
-claim, ``beat`` the renewal, ``settle`` the release), so a pass costs no more writes than
-before and ``Run.step`` none at all.
+runs next (:class:`Observable`), handing out only the workflows of named queues
+(:class:`Routed`), limiting how many passes of a queue run at once, how fast its
+workflows are handed out and in which order (:class:`Limited`), keeping with each record the
+kind of operation that wrote it and refusing its key to any other (:class:`Operational`),
+and keeping each workflow's kind, input, status, attempts and outcome (:class:`Lifecycle`).
+Lifecycle is a protocol of its own rather than more ``Checkpointer`` methods so that a store
+written before it stays a ``Checkpointer``, reported as not offering it. Its writes ride on
+the writes a pass already makes (``begin`` is the claim, ``beat`` the renewal, ``settle``
+the release), so a pass costs no more writes than before and ``Run.step`` none at all.
+
+A step that opts into a retry policy or a reconcile probe keeps its attempts as ordinary
+records (``durable.run.STEP_PREFIX``: each attempt's start, the intent a probe answers to,
+and its error), as a deadline is one (``durable.run.DEADLINE_KEY``). A store owes them
+nothing beyond what it owes every record, and that is exactly what they rely on: ``record``
+durable before it returns (an intent lands before its effect runs), never overwriting and
+fenced by the claim's own token (the ``fencing_token`` a step hands outside is the number
+this store refuses below), and ``history`` in load order with the store's clock (an
+attempt's error before the next attempt's start, each with its time). Said as the three
+requirements the suite proves of every store (area ``steps``):
+
+- ``steps.intent-lands-before-its-result``: an attempt's intent is in ``history`` before the
+  step's value, and a pass that dies after the effect and before its record leaves the
+  intent and no value, so the next pass asks the probe instead of repeating the effect;
+- ``steps.attempts-in-history``: each attempt's start and error are in ``history``, in the
+  order written (an error before the next attempt's start), the store's times never going
+  back;
+- ``steps.handed-out-token-is-the-fence``: the token ``claim`` hands out (a step's
+  ``fencing_token``) is the very number the store fences with and ``claimed`` reports: a
+  write carrying it is accepted, one carrying any other number refused, and a later pass
+  is handed a greater one.
 """
 
 from __future__ import annotations
@@ -36,6 +60,7 @@ __all__ = [
     "Checkpointer",
     "Claimed",
     "Contended",
+    "Dated",
     "Delivery",
     "Durable",
     "Effect",
@@ -45,13 +70,21 @@ __all__ = [
     "Fenced",
     "Inspectable",
     "Interruption",
+    "KeyReused",
     "Lifecycle",
     "LifecycleNotOffered",
+    "Limited",
+    "LimitsNotOffered",
     "NotRetryable",
     "Observable",
+    "Operational",
     "Page",
     "Pass",
+    "Prunable",
+    "QueueLimit",
+    "QueuesNotOffered",
     "Recorded",
+    "Routed",
     "Scheduler",
     "Settlement",
     "StartConflict",
@@ -146,11 +179,17 @@ class Entry:
     ``at`` is the store's clock (timezone-aware UTC) read at the winning write: the same
     clock every lease is measured by, and never restamped by a later losing write or a
     replayed step.
+
+    ``operation`` is the kind of operation that wrote it (``"step"``, ``"transact"``,
+    ``"sleep"``, ...) on a store that keeps one (:class:`Operational`); ``None`` for a
+    record written without one: by ``supply``, ``append`` or plain ``record``, or before
+    the store kept operations at all.
     """
 
     key: str
     value: object
     at: datetime
+    operation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +202,10 @@ class Delivery:
 
     workflow: str
     receipt: str
+    slot: bool = False
+    """This hand-out took a slot of its queue's concurrency limit (:class:`Limited`): the
+    taker keeps it live with ``Limited.hold`` while its pass runs, and answering for the
+    delivery (``wake_at`` or ``done``) gives it back."""
 
 
 class StoreError(Exception):
@@ -261,6 +304,14 @@ class Checkpointer(Protocol[Effect]):
     pass that replays it. Values the codec cannot encode and non-positive durations are
     refused at the boundary with an error naming the workflow and key; nothing is written.
 
+    An encoding is text or bytes (``CheckpointCodec[Encoded]`` allows either). A store
+    holds every encoding it accepts exactly, NUL and bytes that are not UTF-8 included, and
+    compares encodings byte for byte; a store that holds only text refuses a bytes encoding
+    at the boundary (a ``TypeError`` naming the workflow and key, nothing written), never
+    converting it (``str(b)``, or a decode that replaces what is not UTF-8) into text that
+    decodes to something else or compares equal to another encoding. Text is what every
+    store holds: a codec meant for any store encodes to ``str``.
+
     Workflow ids and record keys are opaque non-empty strings (colons, braces, quotes,
     unicode, any length), except that neither may hold a control character (Unicode
     category Cc: newline, carriage return, tab, NUL, DEL, ...): every method refuses one
@@ -268,6 +319,14 @@ class Checkpointer(Protocol[Effect]):
     position, before anything is read or written (``durable.boundary.check_workflow`` and
     ``check_key``). Ids and keys are printed by ``show``, ``list`` and log lines, where a
     newline would forge a line.
+
+    Every method is one step as the others see it, however many tasks and connections call
+    at once: the results are those of some order of the calls, one at a time, in which a
+    call that returned before another began comes first, each answering as the sentences
+    below say it must (linearizability). A guarantee each method keeps on its own can
+    still be lost between them (a discard that forgets and then fences, a load that pages
+    through records while they change, an order drawn before a commit and not at it);
+    this is the sentence that rules that out.
     """
 
     async def load(self, workflow: str) -> dict[str, object]:
@@ -302,13 +361,21 @@ class Checkpointer(Protocol[Effect]):
     async def renew(self, holder: Pass) -> Pass:
         """Push ``holder``'s liveness forward, never past its budget.
 
-        Raises ``Fenced`` when a newer token has been issued or the budget is spent.
+        Raises ``Fenced`` when a newer token has been issued or the budget is spent. The
+        check and the extension are one step, so a renew racing a newer claim either lands
+        before that claim returns (which then waits out the renewed liveness) or is refused;
+        it never extends a claim that is no longer the holder's.
         """
         ...
 
     async def release(self, holder: Pass) -> None:
         """Free the workflow now. A stale holder's release frees nothing, and a released
-        pass's own later writes are refused."""
+        pass's own later writes are refused.
+
+        Checking the token and freeing are one step, so a release racing a newer claim
+        either frees the holder's own claim before that claim is taken, or frees nothing:
+        it never frees the newer pass's claim.
+        """
         ...
 
     async def record(self, holder: Pass, key: str, value: object) -> Recorded:
@@ -318,6 +385,11 @@ class Checkpointer(Protocol[Effect]):
         nothing. A pass whose budget ran out but that no newer pass has replaced yet is not
         refused here: the budget is enforced by ``renew`` and by the claim it frees. Never
         overwrites. Durable before it returns.
+
+        Checking the token and writing are one step (a script, a statement, a transaction
+        holding the claim's row), never two round trips: a record racing a newer claim
+        either lands before that claim returns, so the newer pass's ``load`` shows it, or is
+        refused. A token below one already issued to a returned claim never lands.
         """
         ...
 
@@ -328,12 +400,23 @@ class Checkpointer(Protocol[Effect]):
         performed and the stored value is returned with ``first=False``. Neither half
         without the other: an effect that raises leaves no record and none of its writes;
         a fenced holder's effect is not applied.
+
+        Checking the token, performing the effect and writing the record are one step, so a
+        transact racing a newer claim either commits both halves before that claim returns
+        or is refused with neither applied.
         """
         ...
 
     async def supply(self, workflow: str, key: str, value: object) -> object:
         """Write from outside a pass: first-writer-wins, no claim needed, never blocked or
-        refused because a pass is running. Returns the value the key now holds."""
+        refused because a pass is running. Returns the value the key now holds.
+
+        It shares one first writer with ``record``: a supply racing a record of the same
+        key leaves exactly one value stored, supply returns it, and record returns it with
+        ``first`` true only when it is the record's own. Looking the key up and then writing
+        it, in two steps, is the mistake to avoid: a record landing in between is told it
+        won and is then overwritten, or two values each think they are the one stored.
+        """
         ...
 
     async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
@@ -342,7 +425,10 @@ class Checkpointer(Protocol[Effect]):
         Concurrent appends get distinct keys and none is lost; the keys (each starting with
         ``INBOX_PREFIX``) sort into append order within the workflow; the entry is an
         ordinary record that ``load`` returns at its append position. The key's order and
-        ``load``'s order are one order. Nothing is ever consumed.
+        ``load``'s order are one order. Nothing is ever consumed. This holds however two
+        appends interleave, one held between deciding its key and writing it included: a
+        store that reads a position in one step and writes under it in the next gives two
+        appends one key, and the second vanishes into first-writer-wins.
 
         Without ``message_id`` every call appends, so a call repeated because its answer
         was lost (a dropped connection, a timeout) leaves a second copy. ``message_id`` is
@@ -385,6 +471,12 @@ class Checkpointer(Protocol[Effect]):
         A pass in flight is refused at its next write, and the id is claimable at once,
         with a token higher than any issued before. The message ids ``append`` remembers
         are forgotten with the records.
+
+        A claim racing a discard never yields a pass that outlives the discard's fence:
+        once discard has returned, a pass claimed before it is refused at its next write,
+        and one claimed after it outranks the fence and holds the workflow. Reading the
+        token and then writing the fence one above it, in two steps, is the mistake to
+        avoid: a claim landing in between is given the very token the fence is raised to.
         """
         ...
 
@@ -428,9 +520,9 @@ class Scheduler(Protocol):
         delivery, so a workflow made ready once goes to exactly one of them.
 
         ``within`` must be a positive ``timedelta``: zero or a negative duration is refused
-        with a ``ValueError`` (a value of another type with a ``TypeError``;
-        ``durable.boundary.check_duration`` does both) and nothing is taken, as the
-        checkpointer refuses a non-positive liveness or budget. A worker looping on a zero
+        with a ``ValueError`` naming the argument and the value (a value of another type with
+        a ``TypeError``; ``durable.boundary.check_duration`` does both) and nothing is taken,
+        as the checkpointer refuses a non-positive liveness or budget. A worker looping on a zero
         wait would spin on the store.
         """
         ...
@@ -441,7 +533,8 @@ class Scheduler(Protocol):
         Never one taken (or answered for) less than ``idle`` ago: its taker is alive as far
         as anyone can tell, and taking it over would run one pass twice at once.
 
-        ``idle`` must be a positive ``timedelta``, refused as ``within`` is otherwise and
+        ``idle`` must be a positive ``timedelta``: zero or a negative duration is refused
+        with a ``ValueError`` naming the argument and the value, as ``within`` is, and
         nothing taken over: a zero ``idle`` would take every delivery in flight, however
         live its taker.
         """
@@ -452,6 +545,12 @@ class Scheduler(Protocol):
 
         If a ``make_ready`` has landed since ``delivery`` was taken, that wakeup wins. If
         the workflow was cancelled since, nothing is reinstated.
+
+        Nor does it undo a newer hand-out it races: when the workflow is made ready and
+        handed out anew while an answer for an older delivery is in flight, whichever lands
+        first, the newer delivery's own answer decides when the workflow runs next. Checking
+        the receipt and then writing the deadline, in two steps, lets the older answer
+        overwrite the newer delivery, whose own answer then matches nothing.
         """
         ...
 
@@ -468,7 +567,14 @@ class Scheduler(Protocol):
         ...
 
     async def cancel(self, workflow: str) -> None:
-        """Forget the workflow's pending and scheduled runs."""
+        """Forget the workflow's pending and scheduled runs.
+
+        A hand-out racing it either took the delivery before it (and answering for that
+        delivery reinstates nothing) or finds nothing to take: once cancel has returned,
+        the workflow is not delivered again until it is made ready anew. A ``next_ready``
+        that picks a workflow and then hides it, in two steps, must not put back an entry
+        cancelled in between.
+        """
         ...
 
 
@@ -493,7 +599,17 @@ class Durable(Protocol[Effect]):
 
     @property
     def atomic(self) -> bool:
-        """True when ``arrive``, ``send`` and ``discard`` are each one commit."""
+        """True when ``arrive``, ``send`` and ``discard`` are each one commit (and, where the
+        store offers lifecycle, ``start``, ``cancel`` and ``retry`` too).
+
+        One commit is what a reader and a crash can tell: a reader on any handle, looking
+        while the move is under way, sees both halves or neither (never a value recorded
+        for a workflow not yet queued, nor a workflow queued for a value not yet there, nor
+        records discarded with the runs still queued), and a move that fails part way
+        leaves neither half. A store declaring the ``atomic-arrive`` capability says
+        ``True`` here, and the conformance suite holds each move half way, and breaks it
+        there, to prove it (``durable.arrive-is-one-commit`` and its siblings).
+        """
         ...
 
     async def arrive(self, workflow: str, key: str, value: object) -> object:
@@ -522,6 +638,208 @@ class Durable(Protocol[Effect]):
         ...
 
 
+@runtime_checkable
+class Operational(Protocol):
+    """A checkpointer that keeps, with each record, the kind of operation that wrote it (the
+    ``operations`` capability), and refuses a key's reuse by another kind.
+
+    Optional, so that a store written before it stays a ``Checkpointer``; ``Run`` checks
+    operations only on a store that offers it. Where the operation lives is the store's
+    affair (a column, a field beside the value); what it owes is said as four requirements
+    the suite proves (area ``operations``), and one more of the racing takeovers:
+
+    - ``operations.kept-with-the-record``: ``history`` reports, on each record written by
+      ``record_as``, the operation it was written with, and on each ``transact`` record
+      ``"transact"``; records written by ``record``, ``supply`` or ``append`` report ``None``.
+      Losing writes change nothing: the first writer's operation is the record's.
+    - ``operations.reuse-refused``: ``record_as`` under a key already recorded by another
+      operation, or ``transact`` under a key recorded by anything but a ``transact``, raises
+      :class:`KeyReused` naming the workflow, the key and both operations, writes nothing and
+      (``transact``) performs no effect. Checking the key's operation and writing are one
+      step, as first-writer-wins is. A key whose record has no operation (``None``: supplied
+      from outside, or written before the store kept operations) is refused to no one, so a
+      store upgraded in place reads every old record as it did.
+    - ``operations.fenced-like-record``: ``record_as`` is fenced exactly as ``record`` is
+      (``Run.step`` and every other wait of a pass write through it on a store offering
+      this): a pass superseded by a newer claim, released, or whose workflow was discarded,
+      is refused with :class:`Fenced` and writes nothing.
+    - ``operations.bad-names-refused``: an operation is a lowercase name
+      (``durable.boundary.OPERATION_NAME``: a letter, then at most 31 of a-z, 0-9, ``_`` and
+      ``-``); ``record_as`` refuses anything else with a ``ValueError`` naming workflow and
+      key, nothing written.
+    - ``takeover.stale-record-as-never-lands-after-a-newer-claim``: as for ``record``,
+      checking the token and writing are one step, so a ``record_as`` racing a newer claim
+      either lands before that claim returns or is refused; never after it.
+
+    ``Run`` uses ``"step"``, ``"transact"``, ``"sleep"``, ``"awaiting"``, ``"receive"``,
+    ``"child"`` and ``"node"``.
+    """
+
+    async def record_as(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
+        """``record``, keeping ``operation`` with the value, and fenced as ``record`` is (a
+        stale token is refused with :class:`Fenced`, nothing written); :class:`KeyReused`
+        when the key holds a record of another operation."""
+        ...
+
+
+@runtime_checkable
+class Routed(Protocol):
+    """A scheduler that hands out only the workflows of the queues asked for (the ``queues``
+    capability).
+
+    A workflow's queue is the one ``Lifecycle.admit`` recorded for it; one with no recorded
+    queue (made ready by hand, or written before lifecycle) is in ``"default"``. Optional, so
+    that a scheduler written before it stays a ``Scheduler``; ``work(..., queues=...)``
+    refuses to start on a store whose scheduler is not ``Routed`` rather than take another
+    service's work.
+    """
+
+    async def next_ready_in(self, queues: frozenset[str], within: timedelta) -> Delivery | None:
+        """As ``next_ready``, taking only a workflow whose queue is in ``queues``.
+
+        Never hands out a workflow of a queue not asked for, however long it has been ready
+        (``queues.routes-by-queue``), and leaves it ready for a taker that asks for its queue,
+        which is handed it at once (``queues.leaves-others-ready``). Reading an entry's queue
+        and then taking it, in two steps, is no excuse to take and put back: a put-back
+        delivery is one handed out. ``queues`` is a non-empty set of non-empty ``str``; anything
+        else is refused with a ``ValueError`` (``TypeError`` for another type) and nothing taken.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimit:
+    """What a queue may do at once, as :class:`Limited` keeps it in the store.
+
+    ``concurrent``: at most this many deliveries of the queue hold a slot at a time, across
+    every worker and handle (a rate-limited API that takes five charges at once: 5). A slot
+    is held from the hand-out to the answer for it, while the pass runs.
+    ``rate``: at most this many hand-outs of the queue in any one second of the store's
+    clock (a sliding window, not a bucket refilled on the second).
+    ``None`` leaves that side unlimited; both ``None`` is no limit at all. Either, when set,
+    is an ``int`` of at least 1: a limit of 0 would strand the queue, and pausing a queue
+    is not what a limit is for.
+    """
+
+    concurrent: int | None = None
+    rate: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("concurrent", "rate"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"QueueLimit.{name} must be an int or None, got {value!r}")
+            if value < 1:
+                raise ValueError(
+                    f"QueueLimit.{name} must be at least 1 (or None for no limit), got {value}"
+                )
+
+    @property
+    def unlimited(self) -> bool:
+        """Neither side is limited: the queue is as if no limit were set."""
+        return self.concurrent is None and self.rate is None
+
+
+@runtime_checkable
+class Limited(Protocol):
+    """A scheduler that limits each queue across every taker (the ``limits`` capability).
+
+    The limit is kept and counted in the store, never in a handle or a process: twenty
+    workers on a queue limited to five run five passes between them, however many handles
+    they open. A limited scheduler is also :class:`Routed` (a queue is what it limits).
+
+    Every take of the scheduler honours the limits (``next_ready``, ``next_ready_in`` and
+    ``reclaim`` alike, so a worker of an older release cannot slip past them):
+
+    - ``concurrent``: a workflow of a queue at its limit is not handed out; it stays ready
+      and goes to the first take after a slot comes back. The take that hands one out
+      takes the slot in the same atomic step as the hand-out (counting the live slots and
+      then taking, in two steps, lets two takers both see N-1 free). The slot is the
+      delivery's (``Delivery.slot`` is ``True``), one per workflow: handing the workflow out
+      again replaces its slot rather than adding one. It is live until the delivery's
+      ``lease`` from the hand-out, pushed on by ``hold``; it comes back at once when the
+      delivery is answered (``wake_at`` or ``done``) or the workflow cancelled, and by
+      itself when its liveness runs out (a killed worker's slot), with no sweeper.
+    - ``rate``: a take that would make more than ``rate`` hand-outs of the queue within
+      the last second (store clock) hands out nothing of that queue; every hand-out of a
+      rate-limited queue is counted, whether or not a pass follows.
+    - priority: of the workflows of one queue that are ready, one with a higher
+      ``prioritize`` number is handed out before one with a lower (default 0), whatever
+      their order of becoming ready; equal priorities go in ready order.
+
+    A step never touches any of this: a workflow of an unlimited queue costs not one write
+    more than on a store without limits, and a step of a limited one none either.
+
+    Requirements (each a conformance test of its name):
+
+    - ``limits.never-more-than-the-limit``: takers racing on several handles at a queue
+      limited to N are handed at most N deliveries holding slots, and N of them;
+    - ``limits.slot-returns-on-answer``: answering for a slot's delivery (``done`` or
+      ``wake_at``) lets the next take of the queue hand one out at once;
+    - ``limits.slot-returns-after-liveness``: a slot whose taker never answers nor holds
+      (a killed worker) comes back once its liveness has run out, and not before;
+    - ``limits.hold-keeps-the-slot``: a slot held within its liveness stays taken for as
+      long as it is held, however long past the lease the pass runs;
+    - ``limits.rate-bounds-hand-outs``: no one-second window of the store's clock holds
+      more than ``rate`` hand-outs of a rate-limited queue;
+    - ``limits.priority-first``: a higher priority is handed out first within a queue;
+    - ``limits.kept-in-the-store``: a limit set through one handle is the one every other
+      handle reads and enforces, and survives reopening the store;
+    - ``limits.every-take-honours-the-limits``: ``next_ready`` and ``reclaim`` take slots
+      and stop at the limit as ``next_ready_in`` does;
+    - ``limits.slot-returns-on-cancel``: cancelling a slot's workflow gives the slot back
+      at once;
+    - ``limits.lowering-takes-nothing-back``: a limit lowered below the slots held leaves
+      them held, and no slot is handed out until enough come back;
+    - ``limits.hold-refused-once-lapsed-or-handed-anew``: ``hold`` is ``False``, writing
+      nothing, for a slot that has lapsed or whose workflow was handed out anew;
+    - ``limits.priority-kept-across-passes``: a priority orders a workflow's every
+      hand-out, after a wake-up and on a later pass as on the first.
+    """
+
+    async def set_limit(self, queue: str, limit: QueueLimit | None) -> None:
+        """Keep ``limit`` for ``queue`` (``None``, or an unlimited ``QueueLimit``, removes it).
+
+        Takes effect at the next take on every handle. Lowering a limit below the slots
+        held takes nothing back: no new slot is handed out until enough come back. ``queue``
+        is checked as ``check_queues`` checks a queue name (``ValueError``, nothing kept)."""
+        ...
+
+    async def limits(self) -> dict[str, QueueLimit]:
+        """Every queue's limit kept in the store, by queue name."""
+        ...
+
+    async def held(self, queue: str) -> int:
+        """How many slots of ``queue`` are live now (by the store's clock): for operators,
+        the bench and the tests; 0 for a queue without a concurrency limit."""
+        ...
+
+    async def hold(self, delivery: Delivery, liveness: timedelta) -> bool:
+        """Keep ``delivery``'s slot live until ``liveness`` from now (store clock).
+
+        A worker calls it at each heartbeat of the delivery's pass, so a slot lives as long
+        as the pass does and lapses within ``liveness`` of the worker's death. ``False``,
+        with nothing written, when the delivery holds no slot any more (answered, cancelled,
+        handed out anew, or lapsed: a stalled taker does not get back a slot another may
+        hold): the pass is then running outside the limit and should stop. ``liveness`` is a
+        positive ``timedelta`` (``check_duration``)."""
+        ...
+
+    async def prioritize(self, workflow: str, priority: int) -> None:
+        """Keep ``priority`` for ``workflow`` (higher is handed out first within its queue).
+
+        Kept until the workflow is discarded, across every pass and wake-up, so it need be
+        said once, before the workflow is first made ready (``Durable.start`` does it for a
+        kind with a ``priority``). An ``int``; ``TypeError`` otherwise, nothing kept."""
+        ...
+
+
+class LimitsNotOffered(StoreError):
+    """Queue limits were asked of a store whose scheduler is not :class:`Limited`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """Who holds a workflow right now, as ``Inspectable.claimed`` reports it."""
@@ -540,25 +858,41 @@ class Enumerable(Protocol):
     """
 
     async def workflows(self, limit: int | None = None) -> list[str]:
-        """Workflow ids holding at least one record, at most ``limit`` of them, sorted."""
+        """Workflow ids holding at least one record, sorted; with ``limit``, the first
+        ``limit`` of that order (so an operator can page by the last id seen)."""
         ...
 
 
 @runtime_checkable
 class Inspectable(Protocol):
-    """A checkpointer that can say whether a live pass holds a workflow (for operators)."""
+    """A checkpointer that can say whether a live pass holds a workflow (for operators).
+
+    No capability name: a store whose checkpointer implements it is held to it.
+    """
 
     async def claimed(self, workflow: str) -> Claimed | None:
-        """The live claim on ``workflow``, or ``None`` when no pass holds it."""
+        """The live claim on ``workflow``, or ``None`` when no pass holds it.
+
+        Live by the store's clock, as ``claim`` decides it: a claim released, or past its
+        liveness or budget, is ``None`` here, since an operator leaves a workflow shown as
+        held alone."""
         ...
 
 
 @runtime_checkable
 class Observable(Protocol):
-    """A scheduler that can say when a workflow is next runnable (for operators)."""
+    """A scheduler that can say when a workflow is next runnable (for operators).
+
+    No capability name: a store whose scheduler implements it is held to it.
+    """
 
     async def scheduled(self, workflow: str) -> datetime | None:
-        """When ``workflow`` is next runnable (possibly already), or ``None``."""
+        """When ``workflow`` is next runnable (possibly already), or ``None``.
+
+        ``None`` for a workflow not queued (never made ready, answered with ``done``, or
+        cancelled); a moment not after now for one made ready; the deadline ``wake_at``
+        chose for one asleep. While a delivery is out, a store may show when its lease
+        ends."""
         ...
 
 
@@ -583,6 +917,11 @@ class LifecycleNotOffered(StoreError):
     """The store's checkpointer does not implement Lifecycle."""
 
 
+class QueuesNotOffered(StoreError):
+    """A worker was asked to serve named queues on a store whose scheduler is not
+    :class:`Routed`."""
+
+
 class UnknownWorkflow(LookupError):
     """No workflow of that id: no lifecycle row and no records."""
 
@@ -605,6 +944,29 @@ class StartConflict(ValueError):
             f"{_cut(stored_input)}; refusing to start it as kind {kind!r} with input "
             f"{_cut(input)} (nothing was written): use another id, or the same kind and input"
         )
+
+
+class KeyReused(ValueError):
+    """A key recorded by one kind of operation, used by code as another. Nothing was written.
+
+    A key is an operation's identity across every deployment: a replay hands the new
+    operation the old one's value, so a step key that is now an ``awaiting`` would read a
+    charge's receipt as an approval, and a ``transact`` that is now a ``step`` would have its
+    exactly-once effect judged done by a record it never wrote. Raised by a store keeping
+    operations (:class:`Operational`) at the write, and by ``Run`` at the replay.
+    """
+
+    def __init__(self, workflow: str, key: str, recorded: str, asked: str) -> None:
+        self.workflow, self.key, self.recorded, self.asked = workflow, key, recorded, asked
+        super().__init__(
+            f"workflow {workflow!r}: key {key!r} was recorded by {_a(recorded)}, and this code "
+            f"uses it as {_a(asked)} (nothing was written); a key names one operation in every "
+            f"deployment: give the {asked} a key of its own, or keep the {recorded}"
+        )
+
+
+def _a(operation: str) -> str:
+    return f"{'an' if operation[:1] in 'aeiou' else 'a'} {operation}"
 
 
 class NotRetryable(ValueError):
@@ -704,7 +1066,14 @@ class Lifecycle(Protocol):
         """Record kind, input and queue: status ready, attempts 0, started_at now. The same kind
         and input encoding again: nothing written, created False. Another kind or input:
         StartConflict, nothing written. A row whose kind is None is adopted (kind, input, queue,
-        ready, attempts 0). One winner under concurrency. An unencodable input is refused first."""
+        ready, attempts 0). One winner under concurrency. An unencodable input is refused first.
+
+        "Nothing written" holds whatever the status, an ended one included: a finished, failed
+        or cancelled workflow is never started afresh by an admit (only ``readmit`` does
+        that). Two compositions rest on it. A schedule's tick is started by every worker that
+        sees it due, and one that looks after the tick's workflow ended must not run it again
+        (``schedules.one-start-per-tick``); a parent replayed after its child ended starts the
+        child again, and must find it ended (``children.started-once-on-replay``)."""
         ...
 
     async def begin(
@@ -722,13 +1091,21 @@ class Lifecycle(Protocol):
         ...
 
     async def beat(self, holder: Pass, step: str | None) -> Pass:
-        """renew, with renew's rules and refusals, also recording ``step`` as in flight."""
+        """renew, with renew's rules and refusals, also recording ``step`` as in flight.
+
+        The check and the write are one step, as renew's are: a beat racing a newer
+        ``begin`` (or ``claim``) either lands before it returns or is refused, so it never
+        extends the newer pass's claim nor names a step on its row."""
         ...
 
     async def settle(self, holder: Pass, settlement: Settlement) -> None:
         """Fenced by the token exactly as record (Fenced, nothing written, when superseded or
         released). Otherwise one write: the settlement (value through the codec, failure
-        verbatim, attempts as given), updated_at now, and the claim released (token raised)."""
+        verbatim, attempts as given), updated_at now, and the claim released (token raised).
+
+        The check and that write are one step: a settle racing a newer ``begin`` (or
+        ``claim``) either lands before it returns, so the begin finds the workflow settled,
+        or is refused, leaving the newer pass running."""
         ...
 
     async def withdraw(self, workflow: str) -> WorkflowStatus:
@@ -755,10 +1132,91 @@ class Lifecycle(Protocol):
         cursor: str | None = None,
     ) -> Page:
         """Rows matching the filters, newest updated first, at most ``limit``, read from an
-        index: the cost is in proportion to the page, never to the store.
+        index: the cost is in proportion to the page, never to the store. (A cost is asked
+        of a store but not proved by the conformance suite, which times nothing; what the
+        index answers is proved.)
 
         ``Page.cursor``, handed back, continues after the page's last row (``None`` on the
         last page); each row matching throughout is listed exactly once. A cursor this store
         did not hand out, a ``limit`` below 1 or a kind name ``check_kind`` refuses is a
         ``ValueError``."""
+        ...
+
+
+@runtime_checkable
+class Dated(Protocol):
+    """A checkpointer that can write with a time it is given instead of its clock's reading.
+
+    No capability name: a store whose checkpointer implements it is held to it (requirement
+    ``dated.keeps-the-given-time``), and one that does not is reported not offered.
+
+    Every other write stamps the store's own clock, and must (see ``history``). This is
+    the one exception, and it exists for one reader: ``durable import``. A workflow moved
+    from one store to another keeps the times it had there: when each record landed, when
+    it was started and when it last moved. Stamped with the import's clock instead, a
+    month-old finished workflow would look a minute old to ``durable prune
+    --finished-before 30d`` and to anyone reading ``show``, and the timeline of a
+    workflow's steps would collapse to the instant of the import. The times given are the
+    source store's clock, read at its winning writes, so they keep the order they had
+    there.
+
+    Requirement ``dated.keeps-the-given-time``: ``history`` shows a record written by
+    ``supply_at`` or ``append_at`` at the ``at`` given (to the store's resolution, at
+    least a millisecond), and ``status`` shows the ``started_at`` and ``updated_at`` given
+    to ``backdate``. First-writer-wins holds as for ``supply``: a write to a key that
+    already holds a value changes neither the value nor its time.
+    """
+
+    async def supply_at(self, workflow: str, key: str, value: object, at: datetime) -> object:
+        """``supply``, stamping the record it writes with ``at`` (timezone-aware) instead of
+        the store's clock. A losing write writes nothing, its time included. Returns the
+        value the key now holds."""
+        ...
+
+    async def append_at(
+        self, workflow: str, value: object, at: datetime, *, message_id: str | None = None
+    ) -> str:
+        """``append``, stamping the entry it writes with ``at`` (timezone-aware). An append
+        whose ``message_id`` the workflow already holds writes nothing, as ``append``."""
+        ...
+
+    async def backdate(
+        self, workflow: str, *, started_at: datetime | None, updated_at: datetime
+    ) -> None:
+        """Set the lifecycle row's ``updated_at`` (and ``started_at``, unless ``None``) to
+        the times given, changing nothing else: not the status, the attempts, the claim or
+        the fence. ``UnknownWorkflow`` for a workflow with no lifecycle row, nothing
+        written."""
+        ...
+
+
+@runtime_checkable
+class Prunable(Protocol):
+    """A checkpointer that discards a workflow only if it has ended, in one step.
+
+    No capability name: a store whose checkpointer implements it is held to it (requirement
+    ``prune.never-an-unfinished-workflow``), and one that does not is reported not offered.
+
+    ``durable prune`` forgets workflows that ended long ago. Reading a workflow's status and
+    then discarding it, in two steps, leaves a window in which an operator's ``retry``
+    makes it ready again, and the discard then forgets a workflow that was about to run:
+    the retry is lost, and nothing says so. Only the store can close that window, by
+    checking and discarding in one step; ``durable.transfer.prune`` uses this method where
+    the store offers it (every store in this project does).
+
+    Requirement ``prune.never-an-unfinished-workflow``: ``discard_ended`` racing a
+    ``readmit`` of the same workflow either discards first (the readmit then finds no
+    workflow: ``UnknownWorkflow``) or finds it ready and discards nothing; never both a
+    readmit that returned and a discard.
+    """
+
+    async def discard_ended(
+        self, workflow: str, *, statuses: frozenset[Status], before: datetime
+    ) -> bool:
+        """``discard`` (records, status, the fence raised) only when the workflow's status
+        is one of ``statuses`` and its ``updated_at`` is before ``before``; ``True`` when
+        it discarded, ``False`` (nothing written) otherwise. ``statuses`` holds terminal
+        statuses only (finished, failed, cancelled), else ``ValueError``; ``before`` is a
+        timezone-aware ``datetime``. Runs queued for the workflow are the scheduler's and
+        are left alone: an ended workflow has none."""
         ...

@@ -13,8 +13,10 @@ server and never inside one.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
+import heapq
 import itertools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,9 +26,13 @@ from typing import Any
 
 from durable.boundary import (
     check_duration,
+    check_ended,
     check_key,
     check_kind,
     check_message_id,
+    check_moment,
+    check_operation,
+    check_queues,
     check_settlement,
     check_workflow,
 )
@@ -40,9 +46,11 @@ from durable.interfaces import (
     Entry,
     Failure,
     Fenced,
+    KeyReused,
     NotRetryable,
     Page,
     Pass,
+    QueueLimit,
     Recorded,
     Settlement,
     StartConflict,
@@ -51,7 +59,7 @@ from durable.interfaces import (
     WorkflowStatus,
     inbox_key,
 )
-from durable.plugins import StorePlugin, Testbed, hookimpl
+from durable.plugins import Gap, StorePlugin, Testbed, at_gap, hookimpl
 from durable.workflows import Lifecycled
 
 __all__ = [
@@ -72,6 +80,7 @@ raises, the data is restored to what it was and nothing is recorded."""
 class _Stored:
     encoded: Any
     at: datetime
+    operation: str | None = None
 
 
 @dataclass(slots=True)
@@ -129,9 +138,15 @@ class MemoryCheckpointer:
     """
 
     def __init__(
-        self, *, codec: CheckpointCodec[Any] | None = None, clock: Clock | None = None
+        self,
+        *,
+        codec: CheckpointCodec[Any] | None = None,
+        clock: Clock | None = None,
+        gap: Gap | None = None,
     ) -> None:
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
+        self.gap = gap
+        """Where a test holds or fails a move (``durable.plugins.Gap``); ``None`` outside one."""
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.data: dict[str, object] = {}
         self._records: dict[str, dict[str, _Stored]] = {}
@@ -156,7 +171,10 @@ class MemoryCheckpointer:
         check_workflow(workflow)
         await asyncio.sleep(0)
         records = self._records.get(workflow, {})
-        return [Entry(key, self.codec.decode(s.encoded), s.at) for key, s in records.items()]
+        return [
+            Entry(key, self.codec.decode(s.encoded), s.at, s.operation)
+            for key, s in records.items()
+        ]
 
     async def workflows(self, limit: int | None = None) -> list[str]:
         """Workflow ids holding at least one record, sorted, at most ``limit``."""
@@ -181,7 +199,7 @@ class MemoryCheckpointer:
         check_workflow(workflow)
         check_duration("liveness", liveness, workflow=workflow)
         check_duration("budget", budget, workflow=workflow)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Checkpointer.claim", workflow)
         now = self.clock.now()
         claim = self._claims.get(workflow)
         if claim is not None and claim.held(now):
@@ -194,7 +212,10 @@ class MemoryCheckpointer:
         return Pass(workflow, token)
 
     async def renew(self, holder: Pass) -> Pass:
-        await asyncio.sleep(0)
+        return await self._renew(holder, "Checkpointer.renew")
+
+    async def _renew(self, holder: Pass, move: str) -> Pass:
+        await at_gap(self.gap, move, holder.workflow)
         now = self.clock.now()
         claim = self._fence(holder, "renew")
         if claim.budget_until is None or claim.live_until is None:
@@ -205,7 +226,7 @@ class MemoryCheckpointer:
         return holder
 
     async def release(self, holder: Pass) -> None:
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Checkpointer.release", holder.workflow)
         claim = self._claims.get(holder.workflow)
         if claim is None or claim.token != holder.token:
             return
@@ -228,9 +249,25 @@ class MemoryCheckpointer:
     async def record(self, holder: Pass, key: str, value: object) -> Recorded:
         check_key(holder.workflow, key)
         encoded = encode_value(self.codec, value, workflow=holder.workflow, key=key)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Checkpointer.record", holder.workflow)
         self._fence(holder, f"record of {key!r}")
         return self._write(holder.workflow, key, encoded)
+
+    async def record_as(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
+        check_key(holder.workflow, key)
+        check_operation(holder.workflow, key, operation)
+        encoded = encode_value(self.codec, value, workflow=holder.workflow, key=key)
+        await at_gap(self.gap, "Checkpointer.record", holder.workflow)
+        self._fence(holder, f"record of {key!r}")
+        self._refuse_reuse(holder.workflow, key, operation)
+        return self._write(holder.workflow, key, encoded, operation)
+
+    def _refuse_reuse(self, workflow: str, key: str, operation: str) -> None:
+        """KeyReused when ``key`` holds a record of another operation: checked in the same
+        step as the write, with nothing between them (no yield)."""
+        existing = self._records.get(workflow, {}).get(key)
+        if existing is not None and existing.operation not in (None, operation):
+            raise KeyReused(workflow, key, existing.operation, operation)
 
     async def transact(self, holder: Pass, key: str, effect: MemoryEffect) -> Recorded:
         check_key(holder.workflow, key)
@@ -239,8 +276,9 @@ class MemoryCheckpointer:
                 f"workflow {holder.workflow!r}, key {key!r}: MemoryCheckpointer.transact "
                 f"takes a function over its data dict, got {effect!r}"
             )
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Checkpointer.transact", holder.workflow)
         self._fence(holder, f"transact of {key!r}")
+        self._refuse_reuse(holder.workflow, key, "transact")
         existing = self._records.get(holder.workflow, {}).get(key)
         if existing is not None:
             return Recorded(self.codec.decode(existing.encoded), False)
@@ -252,13 +290,13 @@ class MemoryCheckpointer:
             self.data.clear()
             self.data.update(before)
             raise
-        return self._write(holder.workflow, key, encoded)
+        return self._write(holder.workflow, key, encoded, "transact")
 
     async def supply(self, workflow: str, key: str, value: object) -> object:
         check_workflow(workflow)
         check_key(workflow, key)
         encoded = encode_value(self.codec, value, workflow=workflow, key=key)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Checkpointer.supply", workflow)
         return self._write(workflow, key, encoded).value
 
     def _supply_now(self, workflow: str, key: str, encoded: object) -> object:
@@ -268,7 +306,7 @@ class MemoryCheckpointer:
         check_workflow(workflow)
         check_message_id(workflow, message_id)
         encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Checkpointer.append", workflow)
         return self._append_now(workflow, encoded, message_id)
 
     def _append_now(self, workflow: str, encoded: object, message_id: str | None = None) -> str:
@@ -288,9 +326,69 @@ class MemoryCheckpointer:
             self._sent.setdefault(workflow, {})[message_id] = key
         return key
 
+    # -- writes with a given time (Dated, for durable import) ---------------------
+
+    def _stamp(self, workflow: str, key: str, known: bool, at: datetime) -> None:
+        """Restamp a record this very write created (``known``: the key held one before)."""
+        if not known:
+            self._records[workflow][key].at = at
+
+    async def supply_at(self, workflow: str, key: str, value: object, at: datetime) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        check_moment("at", at, workflow=workflow)
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        await asyncio.sleep(0)
+        known = key in self._records.get(workflow, {})
+        stored = self._write(workflow, key, encoded).value
+        self._stamp(workflow, key, known, at)
+        return stored
+
+    async def append_at(
+        self, workflow: str, value: object, at: datetime, *, message_id: str | None = None
+    ) -> str:
+        check_workflow(workflow)
+        check_message_id(workflow, message_id)
+        check_moment("at", at, workflow=workflow)
+        encoded = encode_value(self.codec, value, workflow=workflow, key="<inbox>")
+        await asyncio.sleep(0)
+        known = message_id is not None and message_id in self._sent.get(workflow, {})
+        key = self._append_now(workflow, encoded, message_id)
+        self._stamp(workflow, key, known, at)
+        return key
+
+    async def backdate(
+        self, workflow: str, *, started_at: datetime | None, updated_at: datetime
+    ) -> None:
+        check_workflow(workflow)
+        check_moment("updated_at", updated_at, workflow=workflow)
+        if started_at is not None:
+            check_moment("started_at", started_at, workflow=workflow)
+        await asyncio.sleep(0)
+        life = self._lives.get(workflow)
+        if life is None:
+            raise UnknownWorkflow(f"no workflow {workflow!r} has a status: nothing to backdate")
+        life.updated_at = updated_at
+        if started_at is not None:
+            life.started_at = started_at
+
+    async def discard_ended(
+        self, workflow: str, *, statuses: frozenset[Status], before: datetime
+    ) -> bool:
+        check_workflow(workflow)
+        check_ended(workflow, statuses, before)
+        await asyncio.sleep(0)
+        # The check and the discard without yielding between them: one step, as a script
+        # or a transaction holding the row is on a server.
+        life = self._lives.get(workflow)
+        if life is None or life.status not in statuses or life.updated_at >= before:
+            return False
+        self._discard_now(workflow)
+        return True
+
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Checkpointer.discard", workflow)
         self._discard_now(workflow)
 
     def _discard_now(self, workflow: str) -> None:
@@ -361,8 +459,12 @@ class MemoryCheckpointer:
         check_kind(kind)
         _check_queue(workflow, queue)
         encoded = encode_value(self.codec, input, workflow=workflow, key="<input>")
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Lifecycle.admit", workflow)
         return self._admit_now(workflow, kind, encoded, queue)
+
+    def _queue_of(self, workflow: str) -> str:
+        life = self._lives.get(workflow)
+        return "default" if life is None else life.queue
 
     def _admit_now(self, workflow: str, kind: str, encoded: object, queue: str) -> Admitted:
         life = self._lives.get(workflow)
@@ -388,7 +490,7 @@ class MemoryCheckpointer:
         check_duration("liveness", liveness, workflow=workflow)
         check_duration("budget", budget, workflow=workflow)
         _check_owner(workflow, owner)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Lifecycle.begin", workflow)
         return self._begin_now(workflow, liveness, budget, owner)
 
     def _begin_now(
@@ -436,7 +538,7 @@ class MemoryCheckpointer:
     async def beat(self, holder: Pass, step: str | None) -> Pass:
         if step is not None and not isinstance(step, str):
             raise TypeError(f"{holder}: the step in flight is a key or None, got {step!r}")
-        renewed = await self.renew(holder)
+        renewed = await self._renew(holder, "Lifecycle.beat")
         life = self._lives.get(holder.workflow)
         if life is not None and life.status is Status.RUNNING:
             life.step, life.beat_at = step, self.clock.now()
@@ -449,7 +551,7 @@ class MemoryCheckpointer:
             if settlement.status is Status.FINISHED
             else None
         )
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Lifecycle.settle", holder.workflow)
         self._settle_now(holder, settlement, value)
 
     def _settle_now(self, holder: Pass, settlement: Settlement, value: object) -> None:
@@ -471,7 +573,7 @@ class MemoryCheckpointer:
 
     async def withdraw(self, workflow: str) -> WorkflowStatus:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Lifecycle.withdraw", workflow)
         return self._withdraw_now(workflow)[0]
 
     def _withdraw_now(self, workflow: str) -> tuple[WorkflowStatus, bool]:
@@ -494,7 +596,7 @@ class MemoryCheckpointer:
 
     async def readmit(self, workflow: str) -> WorkflowStatus:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Lifecycle.readmit", workflow)
         return self._readmit_now(workflow)
 
     def _readmit_now(self, workflow: str) -> WorkflowStatus:
@@ -554,13 +656,44 @@ class MemoryCheckpointer:
             str(page[-1][0]) if more and page else None,
         )
 
-    def _write(self, workflow: str, key: str, encoded: object) -> Recorded:
+    def _write(
+        self, workflow: str, key: str, encoded: object, operation: str | None = None
+    ) -> Recorded:
         records = self._records.setdefault(workflow, {})
         existing = records.get(key)
         if existing is None:
-            records[key] = _Stored(encoded, self.clock.now())
+            records[key] = _Stored(encoded, self.clock.now(), operation)
             return Recorded(self.codec.decode(encoded), True)
         return Recorded(self.codec.decode(existing.encoded), existing.encoded == encoded)
+
+
+_RATE_WINDOW = timedelta(seconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    queue: str
+    receipt: str
+    live_until: datetime
+
+
+class _Timetable(dict[str, tuple[datetime, str | None]]):
+    """Each scheduled workflow's ``(visible_at, receipt)``, and a heap of ``(visible_at,
+    workflow)`` kept as entries are written, so that the next visible workflow is found in a
+    few steps however many are scheduled. Writing an entry pushes its new time; the old heap
+    item stays behind and is dropped when it surfaces (its time no longer matches the
+    entry), and the heap is rebuilt when such leftovers outnumber the live entries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[tuple[datetime, str]] = []
+
+    def __setitem__(self, workflow: str, entry: tuple[datetime, str | None]) -> None:
+        super().__setitem__(workflow, entry)
+        heapq.heappush(self.order, (entry[0], workflow))
+        if len(self.order) > 2 * len(self) + 64:
+            self.order = [(at, wf) for wf, (at, _) in self.items()]
+            heapq.heapify(self.order)
 
 
 class MemoryScheduler:
@@ -574,12 +707,29 @@ class MemoryScheduler:
     delivery has nothing to reinstate.
     """
 
-    def __init__(self, *, lease: timedelta = timedelta(seconds=30), clock: Clock | None = None):
+    def __init__(
+        self,
+        *,
+        lease: timedelta = timedelta(seconds=30),
+        clock: Clock | None = None,
+        gap: Gap | None = None,
+    ):
         self._lease = check_duration("lease", lease)
+        self.gap = gap
+        """Where a test holds or fails a move (``durable.plugins.Gap``); ``None`` outside one."""
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self._entries: dict[str, tuple[datetime, str | None]] = {}
+        self._entries = _Timetable()
         self._receipts = itertools.count(1)
         self._changed = asyncio.Event()
+        self.queue_of: Callable[[str], str] = lambda workflow: "default"
+        """Each workflow's queue: ``MemoryDurable`` points it at its checkpointer's
+        lifecycle rows; a scheduler on its own has every workflow in ``"default"``."""
+        # Queue limits (durable.interfaces.Limited). Every handle on this store shares this
+        # object, so these are the store's counts, not a handle's.
+        self._limits: dict[str, QueueLimit] = {}
+        self._slots: dict[str, _Slot] = {}  # by workflow: one slot a workflow at most
+        self._handed: dict[str, collections.deque[datetime]] = {}  # rate-limited queues
+        self._priorities: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"MemoryScheduler(lease={self._lease!r}, clock={self.clock!r})"
@@ -593,7 +743,7 @@ class MemoryScheduler:
 
     async def make_ready(self, workflow: str) -> None:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Scheduler.make_ready", workflow)
         self._make_ready_now(workflow)
 
     def _make_ready_now(self, workflow: str) -> None:
@@ -601,22 +751,150 @@ class MemoryScheduler:
         self._changed.set()
 
     def _take(self) -> Delivery | None:
+        return self._take_from(None)
+
+    def _take_from(self, queues: frozenset[str] | None) -> Delivery | None:
+        # The earliest visible entry, (visible_at, workflow) least first as before, read off
+        # the heap rather than by scanning every entry: a store holding a million scheduled
+        # workflows takes its next one in a few steps, not a million.
         now = self.clock.now()
-        due = [(at, wf) for wf, (at, _) in self._entries.items() if at <= now]
+        if self._limits or self._priorities:
+            return self._take_limited(queues, now)
+        order = self._entries.order
+        passed_over: list[tuple[datetime, str]] = []
+        found = None
+        while order:
+            at, workflow = order[0]
+            entry = self._entries.get(workflow)
+            if entry is None or entry[0] != at:
+                heapq.heappop(order)  # superseded by a later write of the entry, or removed
+                continue
+            if at > now:
+                break
+            if queues is not None and self.queue_of(workflow) not in queues:
+                passed_over.append(heapq.heappop(order))
+                continue
+            heapq.heappop(order)
+            found = workflow
+            break
+        for item in passed_over:
+            heapq.heappush(order, item)
+        if found is None:
+            return None
+        receipt = str(next(self._receipts))
+        self._entries[found] = (now + self._lease, receipt)
+        return Delivery(found, receipt)
+
+    def _take_limited(self, queues: frozenset[str] | None, now: datetime) -> Delivery | None:
+        """The take under limits: choose, count and take in one turn of the event loop
+        (nothing awaits in between), which is this store's one atomic step."""
+        open_: dict[str, bool] = {}
+
+        def admits(queue: str) -> bool:
+            if queue not in open_:
+                limit = self._limits.get(queue)
+                open_[queue] = limit is None or (
+                    (limit.concurrent is None or self._live(queue, now) < limit.concurrent)
+                    and (limit.rate is None or self._recent(queue, now) < limit.rate)
+                )
+            return open_[queue]
+
+        due = [
+            (-self._priorities.get(wf, 0), at, wf)
+            for wf, (at, _) in self._entries.items()
+            if at <= now
+            and (queues is None or self.queue_of(wf) in queues)
+            and admits(self.queue_of(wf))
+            # A workflow whose slot is live has a pass running, which holds it.
+            and not (wf in self._slots and self._slots[wf].live_until > now)
+        ]
         if not due:
             return None
-        _, workflow = min(due)
+        _, _, workflow = min(due)
+        queue = self.queue_of(workflow)
         receipt = str(next(self._receipts))
         self._entries[workflow] = (now + self._lease, receipt)
-        return Delivery(workflow, receipt)
+        limit = self._limits.get(queue)
+        slot = limit is not None and limit.concurrent is not None
+        if slot:
+            self._slots[workflow] = _Slot(queue, receipt, now + self._lease)
+        if limit is not None and limit.rate is not None:
+            self._handed.setdefault(queue, collections.deque()).append(now)
+        return Delivery(workflow, receipt, slot)
+
+    def _live(self, queue: str, now: datetime) -> int:
+        return sum(1 for s in self._slots.values() if s.queue == queue and s.live_until > now)
+
+    def _recent(self, queue: str, now: datetime) -> int:
+        handed = self._handed.get(queue)
+        if handed is None:
+            return 0
+        while handed and handed[0] <= now - _RATE_WINDOW:
+            handed.popleft()
+        return len(handed)
+
+    def _return_slot(self, delivery: Delivery) -> None:
+        slot = self._slots.get(delivery.workflow)
+        if slot is not None and slot.receipt == delivery.receipt:
+            del self._slots[delivery.workflow]
+            self._changed.set()
+
+    async def set_limit(self, queue: str, limit: QueueLimit | None) -> None:
+        """Keep ``limit`` for ``queue`` (``None`` or an unlimited one removes it)."""
+        (queue,) = check_queues([queue])
+        if limit is not None and not isinstance(limit, QueueLimit):
+            raise TypeError(f"queue {queue!r}: a limit is a QueueLimit or None, got {limit!r}")
+        await asyncio.sleep(0)
+        if limit is None or limit.unlimited:
+            self._limits.pop(queue, None)
+        else:
+            self._limits[queue] = limit
+        self._changed.set()
+
+    async def limits(self) -> dict[str, QueueLimit]:
+        await asyncio.sleep(0)
+        return dict(sorted(self._limits.items()))
+
+    async def held(self, queue: str) -> int:
+        (queue,) = check_queues([queue])
+        await asyncio.sleep(0)
+        return self._live(queue, self.clock.now())
+
+    async def hold(self, delivery: Delivery, liveness: timedelta) -> bool:
+        check_duration("liveness", liveness, workflow=delivery.workflow)
+        await asyncio.sleep(0)
+        now = self.clock.now()
+        slot = self._slots.get(delivery.workflow)
+        if slot is None or slot.receipt != delivery.receipt or slot.live_until <= now:
+            return False
+        self._slots[delivery.workflow] = _Slot(slot.queue, slot.receipt, now + liveness)
+        return True
+
+    async def prioritize(self, workflow: str, priority: int) -> None:
+        check_workflow(workflow)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"workflow {workflow!r}: a priority is an int, got {priority!r}")
+        await asyncio.sleep(0)
+        if priority == 0:
+            self._priorities.pop(workflow, None)
+        else:
+            self._priorities[workflow] = priority
 
     async def next_ready(self, within: timedelta) -> Delivery | None:
+        return await self._next_ready(None, within)
+
+    async def next_ready_in(self, queues: frozenset[str], within: timedelta) -> Delivery | None:
+        return await self._next_ready(check_queues(queues), within)
+
+    async def _next_ready(
+        self, queues: frozenset[str] | None, within: timedelta
+    ) -> Delivery | None:
         check_duration("within", within)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + within.total_seconds()
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Scheduler.next_ready", "")
         while True:
-            delivery = self._take()
+            delivery = self._take() if queues is None else self._take_from(queues)
             if delivery is not None:
                 return delivery
             remaining = give_up - loop.time()
@@ -633,12 +911,13 @@ class MemoryScheduler:
 
     async def reclaim(self, idle: timedelta) -> Delivery | None:
         check_duration("idle", idle)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Scheduler.reclaim", "")
         return None
 
     async def wake_at(self, delivery: Delivery, when: datetime) -> None:
         _check_moment(delivery.workflow, when)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Scheduler.wake_at", delivery.workflow)
+        self._return_slot(delivery)
         entry = self._entries.get(delivery.workflow)
         if entry is None or entry[1] != delivery.receipt:
             return
@@ -650,18 +929,21 @@ class MemoryScheduler:
         return ()
 
     async def done(self, delivery: Delivery) -> None:
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Scheduler.done", delivery.workflow)
+        self._return_slot(delivery)
         entry = self._entries.get(delivery.workflow)
         if entry is not None and entry[1] == delivery.receipt:
             del self._entries[delivery.workflow]
 
     async def cancel(self, workflow: str) -> None:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self.gap, "Scheduler.cancel", workflow)
         self._cancel_now(workflow)
 
     def _cancel_now(self, workflow: str) -> None:
         self._entries.pop(workflow, None)
+        if self._slots.pop(workflow, None) is not None:
+            self._changed.set()
 
     async def scheduled(self, workflow: str) -> datetime | None:
         """When ``workflow`` is next runnable, or ``None`` if it is not scheduled."""
@@ -733,10 +1015,12 @@ class MemoryDurable(Lifecycled):
         clock: Clock | None = None,
         codec: CheckpointCodec[Any] | None = None,
         lease: timedelta = timedelta(seconds=30),
+        gap: Gap | None = None,
     ) -> None:
         clock = clock if clock is not None else SystemClock()
-        self._checkpointer = checkpointer or MemoryCheckpointer(codec=codec, clock=clock)
-        self._scheduler = scheduler or MemoryScheduler(lease=lease, clock=clock)
+        self._checkpointer = checkpointer or MemoryCheckpointer(codec=codec, clock=clock, gap=gap)
+        self._scheduler = scheduler or MemoryScheduler(lease=lease, clock=clock, gap=gap)
+        self._scheduler.queue_of = self._checkpointer._queue_of
 
     def __repr__(self) -> str:
         return f"MemoryDurable({self._checkpointer!r}, {self._scheduler!r})"
@@ -754,7 +1038,7 @@ class MemoryDurable(Lifecycled):
         check_key(workflow, key)
         cp = self._checkpointer
         encoded = encode_value(cp.codec, value, workflow=workflow, key=key)
-        await asyncio.sleep(0)
+        await at_gap(self._checkpointer.gap, "Durable.arrive", workflow)
         stored = cp._supply_now(workflow, key, encoded)
         self._scheduler._make_ready_now(workflow)
         return stored
@@ -764,14 +1048,14 @@ class MemoryDurable(Lifecycled):
         check_message_id(workflow, message_id)
         cp = self._checkpointer
         encoded = encode_value(cp.codec, value, workflow=workflow, key="<inbox>")
-        await asyncio.sleep(0)
+        await at_gap(self._checkpointer.gap, "Durable.send", workflow)
         key = cp._append_now(workflow, encoded, message_id)
         self._scheduler._make_ready_now(workflow)
         return key
 
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self._checkpointer.gap, "Durable.discard", workflow)
         self._checkpointer._discard_now(workflow)
         self._scheduler._cancel_now(workflow)
 
@@ -783,7 +1067,7 @@ class MemoryDurable(Lifecycled):
         check_kind(kind)
         _check_queue(workflow, queue)
         encoded = encode_value(cp.codec, input, workflow=workflow, key="<input>")
-        await asyncio.sleep(0)
+        await at_gap(self._checkpointer.gap, "Durable.start", workflow)
         admitted = cp._admit_now(workflow, kind, encoded, queue)
         if admitted.queue:
             self._scheduler._make_ready_now(workflow)
@@ -791,7 +1075,7 @@ class MemoryDurable(Lifecycled):
 
     async def _withdraw_and_cancel(self, workflow: str) -> WorkflowStatus:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self._checkpointer.gap, "Durable.cancel", workflow)
         shown, changed = self._checkpointer._withdraw_now(workflow)
         if changed:
             self._scheduler._cancel_now(workflow)
@@ -799,7 +1083,7 @@ class MemoryDurable(Lifecycled):
 
     async def _readmit_and_queue(self, workflow: str) -> WorkflowStatus:
         check_workflow(workflow)
-        await asyncio.sleep(0)
+        await at_gap(self._checkpointer.gap, "Durable.retry", workflow)
         shown = self._checkpointer._readmit_now(workflow)
         self._scheduler._make_ready_now(workflow)
         return shown
@@ -841,13 +1125,14 @@ class MemoryProbe:
 
 @asynccontextmanager
 async def open_memory(url: str = "memory://", **options: Any) -> AsyncIterator[MemoryDurable]:
-    """Open a fresh in-memory store. Options: ``codec``, ``clock``, ``lease``."""
+    """Open a fresh in-memory store. Options: ``codec``, ``clock``, ``lease`` (and ``gap``,
+    which only tests use)."""
     yield MemoryDurable(**options)
 
 
 @asynccontextmanager
 async def _testing(url: str | None, **options: Any) -> AsyncIterator[Testbed[MemoryEffect]]:
-    """A fresh memory store per testbed; ``options`` (``codec``, ``clock``, ``lease``) are
+    """A fresh memory store per testbed; ``options`` (``codec``, ``clock``, ``lease``, ``gap``) are
     handed to :class:`MemoryDurable`, as a real store's testing hook hands them to its open."""
     durable = MemoryDurable(**options)
 
@@ -872,7 +1157,17 @@ def durable_store() -> StorePlugin:
         name="memory",
         schemes=("memory",),
         open=open_memory,
-        capabilities=frozenset({"transact", "atomic-arrive", "enumerate", "lifecycle"}),
+        capabilities=frozenset(
+            {
+                "transact",
+                "atomic-arrive",
+                "enumerate",
+                "lifecycle",
+                "queues",
+                "limits",
+                "operations",
+            }
+        ),
         testing=_testing,
         distribution="durable-core",
         description="in-process reference store (for tests; keeps nothing)",

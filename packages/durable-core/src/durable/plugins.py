@@ -27,11 +27,12 @@ its store's driver only when the store is opened (:func:`lazy_exports` keeps a p
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.metadata
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol
@@ -44,11 +45,14 @@ from durable.interfaces import Durable, StoreError
 
 __all__ = [
     "CAPABILITIES",
+    "GAP_MOVES",
     "BrokenStore",
+    "Gap",
     "Probe",
     "StorePlugin",
     "Testbed",
     "UnknownStore",
+    "at_gap",
     "broken_stores",
     "for_url",
     "hookimpl",
@@ -72,6 +76,9 @@ CAPABILITIES: Mapping[str, str] = {
     "cluster": "runs on a sharded deployment",
     "enumerate": "can list the workflows it holds",
     "lifecycle": "kinds, start, outcome and status (Lifecycle)",
+    "queues": "hands a worker only the workflows of the queues it serves (Routed)",
+    "limits": "per-queue concurrency, rate and priority, counted in the store (Limited)",
+    "operations": "keeps the operation that wrote each record, refuses its reuse (Operational)",
 }
 """The capability names the core knows. A third party may declare more."""
 
@@ -102,6 +109,80 @@ class Probe(Protocol[E_co]):
         ...
 
 
+Gap = Callable[[str, str], Awaitable[None]]
+"""``await gap(move, workflow)``: a point inside one of a store's moves where the
+conformance suite may hold the move in flight, or make it fail.
+
+A race between two moves is only certain to be caught if the suite can stop one of them
+half way: a store that checks a fence in one round trip and writes in the next is correct
+on almost every schedule, and wrong only when a takeover lands in between. So a store's
+``testing`` hook may accept ``gap=``. When it does, every handle of that testbed
+(``reopen``'s included) awaits ``gap(move, workflow)`` once in each call of each move it
+offers a gap for, where ``move`` is one of :data:`GAP_MOVES`, at the point between what the
+move reads to decide and what it commits:
+
+- a move that is one script or one statement awaits the gap just before sending it;
+- a move that is one transaction awaits it inside the transaction, after its reads (and
+  the locks they take) and before its writes, so that the suite's racing move must wait
+  for the lock, which is the proof that the lock is held;
+- a move of ``Durable`` that writes to the checkpointer and the scheduler awaits it between
+  the two writes.
+
+The gap may sleep (the suite holds the move while a rival move runs) or raise (the suite
+injects a failure). A raise must propagate out of the move as it is, and leave the store as
+a failure at that point leaves it: nothing of an atomic move, the first half of a split one.
+A store need not offer a gap for every move, nor at all: the suite observes which moves
+call it, and races the others by timing alone, over more trials. Outside a testbed built
+with ``gap=``, a store awaits nothing extra and pays nothing.
+"""
+
+GAP_MOVES: frozenset[str] = frozenset(
+    {
+        "Checkpointer.claim",
+        "Checkpointer.renew",
+        "Checkpointer.release",
+        "Checkpointer.record",
+        "Checkpointer.transact",
+        "Checkpointer.supply",
+        "Checkpointer.append",
+        "Checkpointer.discard",
+        "Scheduler.make_ready",
+        "Scheduler.next_ready",
+        "Scheduler.reclaim",
+        "Scheduler.wake_at",
+        "Scheduler.done",
+        "Scheduler.cancel",
+        "Durable.arrive",
+        "Durable.send",
+        "Durable.discard",
+        "Durable.start",
+        "Durable.cancel",
+        "Durable.retry",
+        "Lifecycle.admit",
+        "Lifecycle.begin",
+        "Lifecycle.beat",
+        "Lifecycle.settle",
+        "Lifecycle.withdraw",
+        "Lifecycle.readmit",
+    }
+)
+"""The moves a :data:`Gap` is named by: the protocol and the method. ``Durable.start``,
+``Durable.cancel`` and ``Durable.retry`` are the lifecycle's moves that also queue or
+cancel a run (``Workflows.start``, ``WorkflowHandle.cancel``, ``retry``)."""
+
+
+async def at_gap(gap: Gap | None, move: str, workflow: str) -> None:
+    """Await ``gap`` at ``move`` when a test installed one; otherwise yield to the loop once.
+
+    A helper for stores: the yield keeps a move's behaviour the same with and without a
+    gap (every move gives other tasks a turn), and it costs one loop iteration.
+    """
+    if gap is None:
+        await asyncio.sleep(0)
+    else:
+        await gap(move, workflow)
+
+
 @dataclass
 class Testbed(Generic[E]):
     """One test's fresh, isolated store, as a store's ``testing`` hook provides it.
@@ -129,7 +210,8 @@ Opener = Callable[..., AbstractAsyncContextManager[Durable[Any]]]
 TestingHook = Callable[..., AbstractAsyncContextManager[Testbed[Any]]]
 """``testing(url, **options)``: ``url`` is a server to use (or ``None`` for the store's own
 default); ``options`` such as ``codec=`` and ``lease=`` open the testbed's store with them,
-where the store accepts them."""
+where the store accepts them. ``gap=`` (a :data:`Gap`) is the one option that exists only
+for testing: a hook that accepts it lets the suite hold a move in flight."""
 
 
 @dataclass(frozen=True)
@@ -354,6 +436,8 @@ OPENED_BY: Mapping[str, str] = {
     "rediss": "durable-redis",
     "redis+cluster": "durable-redis",
     "rediss+cluster": "durable-redis",
+    "redis+sentinel": "durable-redis",
+    "rediss+sentinel": "durable-redis",
 }
 """The distribution that opens each scheme of this project's stores, so that a URL whose
 store is not installed is answered with the one install that adds it."""

@@ -32,7 +32,7 @@ TRACEBACK_FRAMES = 8
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """What happens when a kind's body raises (one step may reuse it later).
+    """What happens when a kind's body, or one step (``Run.step(..., retry=...)``), raises.
 
     After failed attempt ``n`` (1-based) the workflow sleeps
     ``min(maximum, initial * multiplier ** (n - 1)) * (1 - jitter * random())`` and is
@@ -40,6 +40,11 @@ class RetryPolicy:
     ``non_retryable`` (or a subclass of one); then it is ``failed``. Jitter only ever
     shortens the wait, so ``maximum`` is a true cap, and many workflows that failed
     together (a gateway that went down) do not all come back in the same instant.
+
+    ``suspend_after`` matters to a step only: a backoff up to it is waited out inside the
+    pass, a longer one ends the pass and sleeps the workflow durably, so a step retrying
+    every five minutes holds no worker slot and no claim meanwhile. (A body's backoff is
+    always durable: the pass has already ended.)
     """
 
     max_attempts: int = 10
@@ -48,6 +53,7 @@ class RetryPolicy:
     maximum: timedelta = timedelta(minutes=5)
     jitter: float = 0.2
     non_retryable: tuple[type[Exception], ...] = ()
+    suspend_after: timedelta = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
@@ -57,7 +63,7 @@ class RetryPolicy:
                 f"RetryPolicy.max_attempts must be at least 1 (1 means never retry), "
                 f"got {self.max_attempts}"
             )
-        for name in ("initial", "maximum"):
+        for name in ("initial", "maximum", "suspend_after"):
             value = getattr(self, name)
             if not isinstance(value, timedelta):
                 raise TypeError(f"RetryPolicy.{name} must be a datetime.timedelta, got {value!r}")

@@ -30,11 +30,12 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from durable.boundary import check_duration
+from durable import children, telemetry
+from durable.boundary import check_duration, check_queues
 from durable.clock import Clock, SystemClock
 from durable.codec import UnencodableValue
 from durable.interfaces import (
@@ -45,16 +46,21 @@ from durable.interfaces import (
     Fenced,
     Lifecycle,
     LifecycleNotOffered,
+    Limited,
     Pass,
+    QueuesNotOffered,
+    Routed,
     Settlement,
     Status,
     StoreUnavailable,
+    WorkflowStatus,
 )
 from durable.policy import failure_of
 from durable.run import (
     DEFAULT_BUDGET,
     DEFAULT_LIVENESS,
     Blocked,
+    DeadlineExceeded,
     Finished,
     ParseFailed,
     Run,
@@ -62,6 +68,9 @@ from durable.run import (
     drive,
     resume,
 )
+from durable.schedules import Ticker
+from durable.transfer import PrunePolicy
+from durable.transfer import prune as prune_ended
 from durable.workflows import Kind, Workflows
 
 __all__ = ["work"]
@@ -241,6 +250,10 @@ async def _answer(
     except Fenced as fenced:
         log.warning("workflow %r: pass stopped: %s; deferred by %s", workflow, fenced, retry)
         when = clock.now() + retry
+    except DeadlineExceeded as error:
+        # Without lifecycle there is no status to fail; no pass will ever do anything else.
+        log.error("workflow %r: %s; it is not run again", workflow, error)
+        when = None
     except Exception as error:
         if _is_outage(error):
             # Not the body's failure, and not a reason to defer the workflow: the delivery
@@ -259,7 +272,7 @@ async def _answer(
         else:
             assert isinstance(outcome, Blocked)
             log.info("workflow %r: blocked on %s", workflow, ", ".join(outcome.keys))
-            when = None
+            when = outcome.until
     try:
         if when is None:
             await scheduler.done(delivery)
@@ -337,19 +350,45 @@ async def _answer_lifecycle(
     holder = began.holder
     if holder is None:
         log.info("workflow %r: %s; nothing to run", workflow, began.status)
+        # A delivery back for a terminal workflow: its worker may have died between the
+        # settle and telling a parent (durable.children); tell it again, idempotently.
+        if began.status.terminal and not await _tell_parent(
+            children.report_terminal(durable, workflow), workflow, outage
+        ):
+            return
         await _reply(scheduler, delivery, None, outage, started)
         return
     n = began.attempts
     held: Pass = holder
+    seen: list[Run[Any]] = []
+    kind = serving.registry.resolve(began.kind)
 
     async def end(settlement: Settlement, when: datetime | None) -> None:
-        """Settle this pass, then answer for its delivery."""
-        await _settle_and_reply(lifecycle, scheduler, delivery, held, settlement, when, outage)
+        """Settle this pass, then tell a parent of a terminal outcome, then answer for its
+        delivery (each after the one before has landed: see durable.children)."""
+        after = None
+        if settlement.status.terminal:
+            found = children.outcome_of(
+                WorkflowStatus(
+                    workflow,
+                    settlement.status,
+                    kind.name if kind is not None else None,
+                    settlement.attempts,
+                    clock.now(),
+                    value=settlement.value,
+                    failure=settlement.failure,
+                )
+            )
+            assert found is not None
+            records = seen[0].records if seen else None
+            after = children.report(durable, workflow, records, found)
+        await _settle_and_reply(
+            lifecycle, scheduler, delivery, held, settlement, when, outage, after
+        )
 
     def refund() -> Settlement:
         return Settlement(Status.SLEEPING, max(n - 1, 0), until=clock.now() + retry)
 
-    kind = serving.registry.resolve(began.kind)
     if kind is None:
         if began.kind not in serving.unserved:
             serving.unserved.add(began.kind)
@@ -403,10 +442,13 @@ async def _answer_lifecycle(
         outcome = await drive(
             checkpointer,
             holder,
-            _bound(kind, parsed),
+            _bound(kind, parsed, seen, durable),
             liveness=liveness,
             clock=clock,
-            beat=lifecycle.beat,
+            beat=_holding(lifecycle.beat, scheduler, delivery, liveness),
+            deadline=kind.deadline,
+            kind=kind.name,
+            attempt=n,
         )
     except Fenced as fenced:
         log.warning("workflow %r: pass stopped: %s; deferred by %s", workflow, fenced, retry)
@@ -433,7 +475,8 @@ async def _answer_lifecycle(
             # liveness can cost.
             await end(refund(), clock.now() + retry)
             return
-        await _failed(end, workflow, kind, error, n, clock, serving)
+        deadline = seen[0].deadline if seen else None
+        await _failed(end, workflow, kind, error, n, clock, serving, deadline)
         return
     if isinstance(outcome, Finished):
         try:
@@ -452,12 +495,48 @@ async def _answer_lifecycle(
         assert isinstance(outcome, Blocked)
         log.info("workflow %r: blocked on %s", workflow, ", ".join(outcome.keys))
         ended = Settlement(Status.BLOCKED, 0, keys=outcome.keys)
-        when = None
+        # A workflow with a deadline is worth a pass at it, to fail it, if nothing arrives.
+        when = outcome.until
     await end(ended, when)
 
 
-def _bound(kind: Kind[Any, Any], parsed: object) -> Callable[[Run[Any]], Awaitable[object]]:
+def _holding(
+    beat: Callable[[Pass, str | None], Awaitable[Pass]],
+    scheduler: Any,
+    delivery: Delivery,
+    liveness: timedelta,
+) -> Callable[[Pass, str | None], Awaitable[Pass]]:
+    """The pass's heartbeat, which also keeps the delivery's queue slot live when the take
+    handed one out (``Delivery.slot``): the slot lives as long as the pass and lapses within
+    ``liveness`` of the worker's death, as the claim does. A delivery of an unlimited queue
+    beats exactly as before, with no write more."""
+    if not delivery.slot or not isinstance(scheduler, Limited):
+        return beat
+
+    async def beat_and_hold(holder: Pass, step: str | None) -> Pass:
+        renewed = await beat(holder, step)
+        if not await scheduler.hold(delivery, liveness):
+            # The slot lapsed (this worker stalled past its liveness) and may be another
+            # pass's now: running on would put the queue over its limit.
+            raise Fenced(
+                f"{holder} lost its slot of its queue's concurrency limit (it stalled past its "
+                f"liveness, {liveness.total_seconds():g}s); stop this pass"
+            )
+        return renewed
+
+    return beat_and_hold
+
+
+def _bound(
+    kind: Kind[Any, Any],
+    parsed: object,
+    seen: list[Run[Any]] | None = None,
+    durable: Durable[Any] | None = None,
+) -> Callable[[Run[Any]], Awaitable[object]]:
     async def body(run: Run[Any]) -> object:
+        if seen is not None:
+            seen.append(run)
+        run.durable = durable
         return await kind.body(run, parsed)
 
     return body
@@ -471,19 +550,29 @@ async def _failed(
     n: int,
     clock: Clock,
     serving: _Serving,
+    deadline: datetime | None = None,
 ) -> None:
     """Attempt ``n`` raised ``error``: fail the workflow, or sleep it for the backoff;
-    ``end`` settles the pass and answers for its delivery."""
+    ``end`` settles the pass and answers for its delivery. A passed deadline fails it at
+    once, and a backoff past the deadline wakes at the deadline, to fail it then."""
     policy = kind.policy
     failure = failure_of(error, n)
-    if policy.gives_up(error, n):
-        why = "non-retryable" if n < policy.max_attempts else f"attempt {n} of {n}"
+    if isinstance(error, DeadlineExceeded) or policy.gives_up(error, n):
+        why = (
+            "deadline exceeded"
+            if isinstance(error, DeadlineExceeded)
+            else "non-retryable"
+            if n < policy.max_attempts
+            else f"attempt {n} of {n}"
+        )
         log.error("workflow %r: failed (%s): %s", workflow, why, failure, exc_info=error)
         ended = Settlement(Status.FAILED, n, failure=failure)
         await end(ended, None)
         return
     delay = policy.backoff(n) if serving.random is None else policy.backoff(n, serving.random)
     until = clock.now() + delay
+    if deadline is not None:
+        until = min(until, deadline)
     log.warning(
         "workflow %r: attempt %d of %d failed: %s; retrying in %.3gs",
         workflow,
@@ -505,8 +594,11 @@ async def _settle_and_reply(
     ended: Settlement,
     when: datetime | None,
     outage: _Outage,
+    after: Awaitable[None] | None = None,
 ) -> None:
-    """Settle, then answer for the delivery (truth before queue).
+    """Settle, then ``after`` (telling a parent of the outcome), then answer for the
+    delivery (truth before queue). ``after`` is skipped, and closed, when the settle is
+    refused: whoever raised the fence owns the outcome now.
 
     Refused (``Fenced``): the workflow was cancelled or discarded, or superseded after this
     pass went silent, and whoever raised the fence owns its status now. The delivery is
@@ -518,17 +610,41 @@ async def _settle_and_reply(
     try:
         await lifecycle.settle(holder, ended)
     except Fenced as fenced:
+        if after is not None:
+            cast("Coroutine[Any, Any, None]", after).close()
         log.warning(
             "workflow %r: could not record it %s: %s", delivery.workflow, ended.status, fenced
         )
     except StoreUnavailable as error:
+        if after is not None:
+            cast("Coroutine[Any, Any, None]", after).close()
         outage.failed(
             f"settling workflow {delivery.workflow!r} as {ended.status}",
             error,
             workflow=delivery.workflow,
         )
         return
+    else:
+        if after is not None and not await _tell_parent(after, delivery.workflow, outage):
+            return
     await _reply(scheduler, delivery, when, outage, started)
+
+
+async def _tell_parent(telling: Awaitable[None], workflow: str, outage: _Outage) -> bool:
+    """Deliver a child's outcome to its parent; False when the store is unreachable, so
+    that the caller leaves the delivery out (it comes back, and is told again)."""
+    try:
+        await telling
+    except StoreUnavailable as error:
+        outage.failed(f"telling the parent of workflow {workflow!r} its outcome", error)
+        return False
+    except Exception:
+        log.exception(
+            "workflow %r: could not tell its parent its outcome; the parent's next pass "
+            "reads it from this workflow's status",
+            workflow,
+        )
+    return True
 
 
 async def _reply(
@@ -551,6 +667,48 @@ async def _reply(
     outage.succeeded(started)
 
 
+STOP_WAIT = timedelta(seconds=10)
+"""How long a stopping worker waits for its own tasks to end once it has cancelled them."""
+
+
+async def _between_rounds(seconds: float) -> None:
+    """The pause between two rounds of a worker's background loop (timer, schedules,
+    prune), which ends the loop instead if its task was cancelled during the round.
+
+    redis-py can lose a cancellation that lands while a command is sent or its reply read,
+    and hand back the reply as if nothing happened. A loop that then slept and went round
+    again would run for ever, and the worker, waiting for it at the end, would never stop:
+    so the task is asked whether it was cancelled before it sleeps."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    await asyncio.sleep(seconds)
+
+
+async def _ended(tasks: list[asyncio.Future[Any]], passes: dict[Any, str]) -> None:
+    """Wait, at most :data:`STOP_WAIT`, for a stopping worker's cancelled tasks to end.
+
+    A task that outlives its cancellation (a lost cancellation inside a driver, a body that
+    catches ``CancelledError``) must not keep the worker from stopping: it is named in an
+    error and left behind, as a crash would leave it. What it held is safe the same way: a
+    pass's claim lapses after its liveness and its delivery is handed out again."""
+    if not tasks:
+        return
+    done, stuck = await asyncio.wait(tasks, timeout=STOP_WAIT.total_seconds())
+    for task in done:
+        if not task.cancelled():
+            task.exception()  # retrieved: each was logged where it ended, if it failed
+    if stuck:
+        names = sorted(passes.get(task, getattr(task, "get_name", lambda: "?")()) for task in stuck)
+        log.error(
+            "stopping: %d task(s) did not end within %gs of being cancelled (%s); the worker "
+            "stops without them, as if it had crashed",
+            len(stuck),
+            STOP_WAIT.total_seconds(),
+            _named(names, 50),
+        )
+
+
 async def _tick(durable: Durable[Any], every: float, clock: Clock, outage: _Outage) -> None:
     # A success here ends no outage: a scheduler whose timer has nothing to do (a
     # visibility-scored queue) answers wake_due without asking its store anything. The
@@ -561,11 +719,47 @@ async def _tick(durable: Durable[Any], every: float, clock: Clock, outage: _Outa
             if moved:
                 log.debug("timer moved %d due workflow(s) to runnable", len(moved))
         except StoreUnavailable as error:
-            await asyncio.sleep(outage.failed("moving due workflows (wake_due)", error))
+            await _between_rounds(outage.failed("moving due workflows (wake_due)", error))
             continue
         except Exception:
             log.exception("timer: wake_due failed; trying again in %.3fs", every)
-        await asyncio.sleep(every)
+        await _between_rounds(every)
+
+
+async def _look(ticker: Ticker, every: float, outage: _Outage) -> None:
+    # Like the timer: runs until the worker ends, and an outage only pauses it.
+    while True:
+        try:
+            started = await ticker.look()
+            if started:
+                log.debug("schedules: started %s", _named(started))
+        except StoreUnavailable as error:
+            await _between_rounds(outage.failed("starting scheduled workflows", error))
+            continue
+        except Exception:
+            log.exception("schedules: looking for due ticks failed; trying again in %.3fs", every)
+        await _between_rounds(every)
+
+
+async def _prune(durable: Durable[Any], policy: PrunePolicy, clock: Clock, outage: _Outage) -> None:
+    # Like the timer: runs until the worker ends, and an outage only pauses it.
+    every = policy.every.total_seconds()
+    while True:
+        try:
+            before = clock.now() - policy.finished_before
+            pruned = await prune_ended(durable, before, policy.statuses, batch=policy.batch)
+            if pruned:
+                log.info(
+                    "prune: discarded %d ended workflow(s) last updated before %s",
+                    pruned,
+                    before.isoformat(timespec="seconds"),
+                )
+        except StoreUnavailable as error:
+            await _between_rounds(outage.failed("pruning ended workflows", error))
+            continue
+        except Exception:
+            log.exception("prune: pruning ended workflows failed; trying again in %.3fs", every)
+        await _between_rounds(every)
 
 
 async def work(
@@ -584,9 +778,19 @@ async def work(
     grace: timedelta | None = None,
     name: str | None = None,
     random: Callable[[], float] | None = None,
+    schedules: bool = True,
+    queues: Collection[str] | None = None,
+    prune: PrunePolicy | None = None,
 ) -> None:
     """Run passes of ``workflows`` for whatever ``durable``'s scheduler delivers, until
     cancelled or until ``stop`` is set.
+
+    ``queues`` names the queues this worker serves (a kind's ``queue``, default
+    ``"default"``): it never takes a workflow of another queue, so two services with queues
+    of their own can share one store. ``None`` (the default) serves every queue. Serving
+    named queues needs a scheduler that routes (:class:`~durable.interfaces.Routed`, the
+    ``queues`` capability); on one that does not, ``work`` refuses to start with
+    ``QueuesNotOffered`` rather than take another service's work.
 
     ``workflows`` is a :class:`~durable.workflows.Workflows` registry, one ``Kind``, or a
     bare body (``Workflows.of`` makes a one-kind registry of either). On a store that
@@ -602,6 +806,18 @@ async def work(
     On a store without lifecycle, a bare body runs as the previous release ran it: each
     failure deferred by ``retry``, without bound (one warning says so), and a registry or
     a ``Kind`` is refused with ``LifecycleNotOffered`` before any work is taken.
+
+    With ``schedules`` (the default) and a store that offers lifecycle, the worker also
+    starts the ticks of the schedules whose kind it serves, looking every ``tick`` by
+    ``clock`` (:class:`~durable.schedules.Ticker`): any number of workers may do so at once,
+    and each tick still starts one workflow. ``schedules=False`` leaves that to others.
+
+    With ``prune`` (a :class:`~durable.transfer.PrunePolicy`; a store that offers lifecycle,
+    else ``LifecycleNotOffered``), the worker also prunes ended workflows: once when it
+    starts and then every ``prune.every``, it discards those last updated more than
+    ``prune.finished_before`` ago by ``clock`` (:func:`durable.transfer.prune`: a page of
+    ``prune.batch`` at a time, one workflow per commit, never an unfinished one). Several
+    workers may prune at once; a workflow one of them discarded is skipped by the others.
 
     ``limit`` passes run at once. ``poll`` bounds how long one wait for work lasts (and so
     how quickly ``stop`` is noticed); ``tick`` is the timer's period; ``idle`` is how long
@@ -637,6 +853,25 @@ async def work(
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"a worker's name is a non-empty str, got {name!r}")
     owner = name if name is not None else f"{socket.gethostname()}:{os.getpid()}"
+    served = check_queues(queues) if queues is not None else None
+    if served is not None and not isinstance(durable.checkpointer, Lifecycle):
+        raise QueuesNotOffered(
+            f"the store {durable!r} does not offer lifecycle, which records each workflow's "
+            "queue, so it cannot serve named queues: serve every queue (queues=None)"
+        )
+    if served is not None and not isinstance(durable.scheduler, Routed):
+        raise QueuesNotOffered(
+            f"the store {durable!r} does not route by queue (no 'queues' capability), so a "
+            f"worker serving only {', '.join(sorted(served))} could take another queue's work: "
+            "serve every queue (queues=None), or use a store that routes"
+        )
+    if prune is not None and not isinstance(prune, PrunePolicy):
+        raise TypeError(f"prune is a durable.transfer.PrunePolicy, got {prune!r}")
+    if prune is not None and not isinstance(durable.checkpointer, Lifecycle):
+        raise LifecycleNotOffered(
+            f"the store {durable!r} does not offer lifecycle, so it cannot tell an ended "
+            "workflow from another: a worker on it cannot prune (prune=None)"
+        )
     serving: _Serving | None = None
     body: Callable[[Run[Any]], Awaitable[object]] | None = None
     checkpointer = durable.checkpointer
@@ -677,6 +912,14 @@ async def work(
             log.error("answering for workflow %r failed", workflow, exc_info=task.exception())
 
     timer: asyncio.Future[None] | None = None
+    looking: asyncio.Future[None] | None = None
+    pruning: asyncio.Future[None] | None = None
+    # Telemetry is chosen here, once per worker (durable.telemetry); with it on, a lifecycle
+    # store's ready workflows are read now and then for the queue gauges.
+    hook = telemetry.configure()
+    gauges: asyncio.Future[None] | None = None
+    if hook is not None and serving is not None:
+        gauges = asyncio.ensure_future(hook.watch_queue(serving.lifecycle))
     try:
         while True:
             started = time.monotonic()
@@ -690,6 +933,11 @@ async def work(
             outage.succeeded(started)
             break
         timer = asyncio.ensure_future(_tick(durable, tick.total_seconds(), clock, outage))
+        if schedules and serving is not None:
+            ticker = Ticker(durable, serving.registry, clock=clock)
+            looking = asyncio.ensure_future(_look(ticker, tick.total_seconds(), outage))
+        if prune is not None:
+            pruning = asyncio.ensure_future(_prune(durable, prune, clock, outage))
         while not stop.is_set():
             acquiring = asyncio.ensure_future(slots.acquire())
             await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -701,7 +949,12 @@ async def work(
                 break
             started = time.monotonic()
             try:
-                delivery = await scheduler.reclaim(idle) or await scheduler.next_ready(poll)
+                if served is None:
+                    delivery = await scheduler.reclaim(idle) or await scheduler.next_ready(poll)
+                else:
+                    # reclaim takes from every queue; a routed take hands out a delivery
+                    # whose lease ran out, as next_ready does, from the queues served only.
+                    delivery = await cast(Routed, scheduler).next_ready_in(served, poll)
             except StoreUnavailable as error:
                 slots.release()
                 await _pause(outage.failed("taking work", error), stopping)
@@ -759,10 +1012,17 @@ async def work(
         stopping.cancel()
         if timer is not None:
             timer.cancel()
+        if looking is not None:
+            looking.cancel()
+        if pruning is not None:
+            pruning.cancel()
+        if gauges is not None:
+            gauges.cancel()
         tasks = list(in_flight)
         for task in tasks:
             task.cancel()
+        own: list[asyncio.Future[Any]] = [
+            t for t in (timer, looking, pruning, stopping, gauges) if t is not None
+        ]
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(
-                *(t for t in (timer, stopping) if t is not None), *tasks, return_exceptions=True
-            )
+            await _ended([*own, *tasks], in_flight)

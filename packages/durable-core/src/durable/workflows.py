@@ -9,19 +9,24 @@ what became of it: ``status``, ``result``, ``cancel``, ``retry``, ``list``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload, runtime_checkable
 
-from durable.boundary import KIND_NAME, check_kind, check_workflow, shown
+from durable import telemetry
+from durable.boundary import KIND_NAME, check_duration, check_kind, check_workflow, shown
 from durable.interfaces import (
     Admitted,
     Durable,
     Effect,
     Failure,
+    Fenced,
     Lifecycle,
     LifecycleNotOffered,
+    Limited,
+    LimitsNotOffered,
     Page,
     Scheduler,
     Status,
@@ -30,7 +35,7 @@ from durable.interfaces import (
 )
 from durable.parsers import as_is
 from durable.policy import RetryPolicy
-from durable.run import ParseFailed, Run
+from durable.run import DEADLINE_KEY, RETRY_PREFIX, ParseFailed, Run
 
 __all__ = [
     "KIND_NAME",
@@ -61,7 +66,19 @@ class Kind(Generic[In, T]):
     ``start`` before anything is written, and again at each pass, where a refusal (an input
     started by name, or a parser since made stricter) fails the workflow at once: no retry
     can change an input. ``queue`` is recorded at start for a later release to route by.
+    ``deadline``, when given, is how long a workflow of this kind may take from its first
+    pass (``start(..., deadline=)`` sets one per workflow, from the start, and wins): past
+    it the workflow fails with ``DeadlineExceeded`` wherever it is, and is not retried.
     Made by :meth:`Workflows.kind`, usually, which checks the name.
+
+    ``signals`` and ``messages`` declare what the workflow accepts from outside a pass, so
+    that a value it would refuse is refused when it is written rather than failing the
+    workflow forever after (first writer wins: a bad value cannot be taken back).
+    ``signals`` maps each key the body awaits (``run.awaiting``) to the parser it reads it
+    with; ``messages`` is the parser of its inbox messages (``run.receive``). None (the
+    default) declares nothing and checks nothing; a mapping refuses keys it does not name.
+    ``durable.guards.arrive``/``send`` (and ``durable arrive``/``send --workflows``) check
+    them before writing.
     """
 
     name: str
@@ -69,6 +86,24 @@ class Kind(Generic[In, T]):
     parse: Callable[[object], In]
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     queue: str = "default"
+    deadline: timedelta | None = None
+    signals: Mapping[str, Callable[[object], object]] | None = field(
+        default=None, hash=False, compare=False
+    )
+    messages: Callable[[object], object] | None = field(default=None, hash=False, compare=False)
+    priority: int = 0
+    """Within its queue, a workflow of a higher priority is handed out before one of a lower,
+    on a store with queue limits (:class:`~durable.interfaces.Limited`); ``start`` keeps it
+    for each workflow (0, the default, writes nothing)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise TypeError(f"kind {self.name!r}: priority is an int, got {self.priority!r}")
+        if self.deadline is not None:
+            check_duration(f"kind {self.name!r}'s deadline", self.deadline)
+        if self.signals is not None:
+            # A copy that cannot change under the kind (a frozen dataclass holds no dict).
+            object.__setattr__(self, "signals", MappingProxyType(dict(self.signals)))
 
 
 class Workflows:
@@ -103,13 +138,28 @@ class Workflows:
         input: Callable[[object], In] = as_is,  # type: ignore[assignment]
         policy: RetryPolicy | None = None,
         queue: str = "default",
+        deadline: timedelta | None = None,
+        signals: Mapping[str, Callable[[object], object]] | None = None,
+        messages: Callable[[object], object] | None = None,
+        priority: int = 0,
     ) -> Callable[[Callable[[Run[Any], In], Awaitable[T]]], Kind[In, T]]:
-        """Register the decorated body as kind ``name``; the decorator returns the ``Kind``."""
+        """Register the decorated body as kind ``name``; the decorator returns the ``Kind``.
+
+        ``signals`` (key to parser) and ``messages`` (a parser) declare what the kind
+        accepts from outside a pass; see :class:`Kind`."""
         check_kind(name)
 
         def register(body: Callable[[Run[Any], In], Awaitable[T]]) -> Kind[In, T]:
             made: Kind[In, T] = Kind(
-                name, body, input, RetryPolicy() if policy is None else policy, queue
+                name,
+                body,
+                input,
+                RetryPolicy() if policy is None else policy,
+                queue,
+                deadline,
+                signals,
+                messages,
+                priority,
             )
             return self.add(made)
 
@@ -318,16 +368,31 @@ class LifecycleDurable(Durable[Effect], Protocol[Effect]):
 
     @overload
     async def start(
-        self, kind: Kind[Any, T], workflow: str, input: object = None
+        self,
+        kind: Kind[Any, T],
+        workflow: str,
+        input: object = None,
+        *,
+        deadline: datetime | timedelta | None = None,
     ) -> WorkflowHandle[T]: ...
 
     @overload
     async def start(
-        self, kind: str, workflow: str, input: object = None
+        self,
+        kind: str,
+        workflow: str,
+        input: object = None,
+        *,
+        deadline: datetime | timedelta | None = None,
     ) -> WorkflowHandle[object]: ...
 
     async def start(
-        self, kind: Kind[Any, T] | str, workflow: str, input: object = None
+        self,
+        kind: Kind[Any, T] | str,
+        workflow: str,
+        input: object = None,
+        *,
+        deadline: datetime | timedelta | None = None,
     ) -> WorkflowHandle[Any]: ...
 
     async def cancel(self, workflow: str) -> WorkflowStatus: ...
@@ -387,6 +452,42 @@ class Lifecycled:
             await self.scheduler.cancel(workflow)
         return withdrawn
 
+    async def _mark_retry(self, workflow: str) -> None:
+        """Record the retry's marker, ``durable.retry:<n>``, under a claim of its own while
+        the workflow is failed or cancelled (so no pass runs), before it is readmitted.
+
+        The markers count the workflow's generations; in a new one every step's attempts
+        count afresh, so a step that spent its retry policy does not fail again at once. A
+        crash after the marker and before the readmit leaves a generation unused, which is
+        harmless. A store's own ``_readmit_and_queue`` (one transaction) is left as it is."""
+        before = await self._lifecycle().status(workflow)
+        if before is None or before.status not in (Status.FAILED, Status.CANCELLED):
+            return  # readmit refuses it, with the reason
+        checkpointer: Any = self.checkpointer
+        holder = await checkpointer.claim(
+            workflow, liveness=timedelta(seconds=30), budget=timedelta(seconds=30)
+        )
+        if holder is None:
+            return
+        try:
+            # Again under the claim: a discard (a prune) between the first read and the claim
+            # leaves the id claimable at once, and a marker written now would be a record of
+            # a forgotten workflow. A discard after this read fences the record below.
+            again = await self._lifecycle().status(workflow)
+            if again is None or again.status not in (Status.FAILED, Status.CANCELLED):
+                return
+            records = await checkpointer.load(workflow)
+            retries = sum(1 for key in records if key.startswith(RETRY_PREFIX))
+            await checkpointer.record(
+                holder, f"{RETRY_PREFIX}{retries + 1}", {"after": before.status.value}
+            )
+        except Fenced:
+            # Discarded (a prune) since the status was read: readmit, next, says so
+            # (UnknownWorkflow) rather than an interruption no retry caller expects.
+            return
+        finally:
+            await checkpointer.release(holder)
+
     async def _readmit_and_queue(self, workflow: str) -> WorkflowStatus:
         """Readmit, then queue, as ``start`` does (and repaired the same way: retry again)."""
         readmitted = await self._lifecycle().readmit(workflow)
@@ -395,16 +496,31 @@ class Lifecycled:
 
     @overload
     async def start(
-        self, kind: Kind[Any, T], workflow: str, input: object = None
+        self,
+        kind: Kind[Any, T],
+        workflow: str,
+        input: object = None,
+        *,
+        deadline: datetime | timedelta | None = None,
     ) -> WorkflowHandle[T]: ...
 
     @overload
     async def start(
-        self, kind: str, workflow: str, input: object = None
+        self,
+        kind: str,
+        workflow: str,
+        input: object = None,
+        *,
+        deadline: datetime | timedelta | None = None,
     ) -> WorkflowHandle[object]: ...
 
     async def start(
-        self, kind: Kind[Any, T] | str, workflow: str, input: object = None
+        self,
+        kind: Kind[Any, T] | str,
+        workflow: str,
+        input: object = None,
+        *,
+        deadline: datetime | timedelta | None = None,
     ) -> WorkflowHandle[Any]:
         """Start ``workflow`` as ``kind`` on ``input``, and return its handle.
 
@@ -417,8 +533,27 @@ class Lifecycled:
         Idempotent: the same kind and input again writes nothing and returns the handle (and
         queues it again if it is still ready, which repairs a start whose queueing was lost).
         Another kind or input under the id is ``StartConflict``, nothing written.
+
+        ``deadline`` (a moment, or a duration from now by this machine's clock) is recorded
+        among the workflow's records, first writer wins (a repeated start keeps the first
+        deadline): before the admit for a new workflow, so its first pass sees it, and after
+        it otherwise, so a conflicting start writes nothing. Past it the workflow fails with
+        "deadline exceeded" wherever it is. It wins over the kind's ``deadline``.
         """
         check_workflow(workflow)
+        when: datetime | None = None
+        if isinstance(deadline, timedelta):
+            when = datetime.now(UTC) + check_duration("a deadline", deadline, workflow=workflow)
+        elif isinstance(deadline, datetime):
+            if deadline.tzinfo is None:
+                raise ValueError(
+                    f"workflow {workflow!r}: a deadline must carry a timezone, got {deadline!r}"
+                )
+            when = deadline
+        elif deadline is not None:
+            raise TypeError(
+                f"workflow {workflow!r}: a deadline is a datetime or a timedelta, got {deadline!r}"
+            )
         if isinstance(kind, Kind):
             name, queue = check_kind(kind.name), kind.queue
             try:
@@ -433,22 +568,78 @@ class Lifecycled:
         else:
             raise TypeError(f"start takes a Kind or a kind's name, got {kind!r}")
         self._lifecycle()  # LifecycleNotOffered before anything is written
-        await self._admit_and_queue(workflow, name, input, queue)
+        if isinstance(kind, Kind) and kind.priority != 0:
+            await self._prioritize(workflow, kind)
+        hook = telemetry.current()
+        if hook is None:
+            await self._start(workflow, name, input, queue, when, None)
+        else:
+            with hook.starting(workflow, name) as carrier:
+                await self._start(workflow, name, input, queue, when, carrier)
         return WorkflowHandle(cast("LifecycleDurable[Any]", self), workflow)
+
+    async def _prioritize(self, workflow: str, kind: Kind[Any, Any]) -> None:
+        """Keep a new workflow's priority before it is first made ready, so its first take
+        already orders by it; a repeated start finds the row and writes nothing more."""
+        scheduler = cast(Any, self).scheduler
+        if not isinstance(scheduler, Limited):
+            raise LimitsNotOffered(
+                f"workflow {workflow!r}: kind {kind.name!r} has priority {kind.priority}, but "
+                f"the store's scheduler {scheduler!r} keeps no priorities (no 'limits' "
+                "capability); nothing was written: drop the priority or use a store with limits"
+            )
+        if await self._lifecycle().status(workflow) is None:
+            await scheduler.prioritize(workflow, kind.priority)
+
+    async def _start(
+        self,
+        workflow: str,
+        name: str,
+        input: object,
+        queue: str,
+        when: datetime | None,
+        carrier: dict[str, str] | None,
+    ) -> None:
+        checkpointer: Any = self.checkpointer
+        early = (when is not None or carrier is not None) and await self._lifecycle().status(
+            workflow
+        ) is None
+        if early:
+            # A new workflow: before it is queued, so that its first pass already sees it.
+            if when is not None:
+                await checkpointer.supply(workflow, DEADLINE_KEY, when.isoformat())
+            if carrier:
+                # The trace it was started in (telemetry on): every pass joins it.
+                await checkpointer.supply(workflow, telemetry.TRACE_KEY, carrier)
+        await self._admit_and_queue(workflow, name, input, queue)
+        if when is not None and not early:
+            # One already started: after the admit, so that a conflicting start writes
+            # nothing (a repeat's deadline loses to the first, as every supply does).
+            await checkpointer.supply(workflow, DEADLINE_KEY, when.isoformat())
 
     async def cancel(self, workflow: str) -> WorkflowStatus:
         """Cancel ``workflow``: it never runs again, a pass in flight is refused at its next
         write, and its records are kept (``retry`` resumes it; ``discard`` forgets it). A
-        finished or failed workflow is returned unchanged; ``UnknownWorkflow`` for none."""
+        finished or failed workflow is returned unchanged; ``UnknownWorkflow`` for none.
+
+        Then its unfinished children are cancelled (those started with
+        ``cancel_with_parent``, the default), and its parent, if it is a child, is told.
+        Both come after the cancel itself, so a crash between is repaired by cancelling
+        again (see :mod:`durable.children`)."""
         check_workflow(workflow)
         self._lifecycle()
-        return await self._withdraw_and_cancel(workflow)
+        withdrawn = await self._withdraw_and_cancel(workflow)
+        from durable import children
+
+        await children.cancelled(self, workflow, withdrawn)
+        return withdrawn
 
     async def retry(self, workflow: str) -> WorkflowStatus:
         """Run a failed or cancelled workflow again with fresh attempts, its recorded steps
         replayed rather than repeated. ``NotRetryable`` for any other status."""
         check_workflow(workflow)
         self._lifecycle()
+        await self._mark_retry(workflow)
         return await self._readmit_and_queue(workflow)
 
     async def status(self, workflow: str) -> WorkflowStatus | None:
