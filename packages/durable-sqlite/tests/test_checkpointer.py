@@ -13,6 +13,7 @@ from durable import Checkpointer, Fenced, Pass, Recorded, StoreError, Unencodabl
 from durable.clock import ManualClock
 from durable.interfaces import INBOX_PREFIX, Claimed, Enumerable, Inspectable, inbox_key
 from durable_sqlite import SqliteCheckpointer, SqliteDurable
+from durable_sqlite.connection import numbered
 
 LIVE = timedelta(seconds=10)
 BUDGET = timedelta(minutes=5)
@@ -118,6 +119,41 @@ async def test_history_is_stamped_by_sqlites_clock_by_default(store: SqliteDurab
     assert entry.at.tzinfo is not None
     assert entry.at.utcoffset() == timedelta(0)
     assert before <= entry.at <= after
+
+
+async def _binds_each_value_in_its_place(cp: SqliteCheckpointer, clock: ManualClock | None) -> None:
+    """The step's write binds a tuple by position (numbered), the clock's reading last and
+    only when it is a given one: each value lands in its own column, under either clock."""
+    holder = await claim(cp)
+    before = datetime.now(UTC).replace(microsecond=0)
+    assert await cp.record_as(holder, "charged", {"id": 7}, "step") == Recorded({"id": 7}, True)
+    after = datetime.now(UTC) + timedelta(milliseconds=2)
+    (entry,) = await cp.history("wf")
+    assert (entry.key, entry.value, entry.operation) == ("charged", {"id": 7}, "step")
+    if clock is not None:
+        assert entry.at == clock.now()
+    else:
+        assert before <= entry.at <= after
+    with pytest.raises(Fenced):
+        await cp.record_as(Pass("wf", holder.token + 1), "other", 1, "step")
+
+
+async def test_a_step_record_binds_each_value_in_its_place(store: SqliteDurable) -> None:
+    await _binds_each_value_in_its_place(store.checkpointer, None)
+
+
+async def test_a_step_record_binds_each_value_in_its_place_with_a_given_clock(
+    clocked: SqliteDurable, clock: ManualClock
+) -> None:
+    await _binds_each_value_in_its_place(clocked.checkpointer, clock)
+
+
+def test_numbered_writes_each_name_as_its_place_and_refuses_one_left_over() -> None:
+    text = "-- a comment may say :anything\nSELECT :b, :a, :b, :ab"
+    expected = "-- a comment may say :anything\nSELECT ?3, ?2, ?3, ?1"
+    assert numbered(text, ("ab", "a", "b")) == expected
+    with pytest.raises(ValueError, match=r"\[':c'\]"):
+        numbered("SELECT :a, :c", ("a", "b"))
 
 
 # -- the claim -------------------------------------------------------------------------

@@ -31,7 +31,15 @@ def test_the_plugin_declares_its_name_scheme_and_capabilities() -> None:
     assert isinstance(plugin, StorePlugin)
     assert plugin.name == "sqlite"
     assert plugin.schemes == ("sqlite",)
-    assert plugin.capabilities == {"transact", "atomic-arrive", "enumerate", "lifecycle"}
+    assert plugin.capabilities == {
+        "transact",
+        "atomic-arrive",
+        "enumerate",
+        "lifecycle",
+        "queues",
+        "limits",
+        "operations",
+    }
     assert plugin.testing is not None
     assert plugin.distribution == "durable-sqlite"
 

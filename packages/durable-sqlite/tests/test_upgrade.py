@@ -25,6 +25,7 @@ from durable_sqlite import SqliteDurable, connect
 from durable_sqlite.connection import SCHEMA_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures"
+LONG = timedelta(minutes=5)
 
 
 def fixture_module() -> ModuleType:
@@ -72,7 +73,8 @@ async def test_two_concurrent_opens_migrate_a_version_1_file_once(
     path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each open migrates under its BEGIN IMMEDIATE: the second, waiting on the write lock,
-    finds version 2 and does nothing."""
+    finds the current version and does nothing. The first takes the file through every
+    version in turn (1 to 2, 2 to 3, then 3 to 4), in its one transaction, said in one line."""
     restore(path)
 
     async def open_and_hold() -> None:
@@ -83,13 +85,16 @@ async def test_two_concurrent_opens_migrate_a_version_1_file_once(
         await asyncio.gather(open_and_hold(), open_and_hold())
         async with connect(path):
             pass
-    migrated = [r for r in caplog.records if "migrated" in r.getMessage()]
+    migrated = [r.getMessage() for r in caplog.records if "migrated" in r.getMessage()]
     assert len(migrated) == 1, [r.getMessage() for r in caplog.records]
-    assert "4 workflow(s)" in migrated[0].getMessage()
+    assert "from schema version 1 to 4" in migrated[0]
+    assert "4 workflow(s)" in migrated[0]
+    assert "queue limits added" in migrated[0]
+    assert "records now keep the operation" in migrated[0]
     assert query(path, "SELECT value FROM durable_meta WHERE name = 'schema_version'") == [
         (SCHEMA_VERSION,)
     ]
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 4  # 1 -> 2 (lifecycle) -> 3 (limits) -> 4 (operations), one open
     assert query(path, "SELECT count(*) FROM durable_workflow") == [(4,)]
 
 
@@ -208,3 +213,86 @@ async def test_the_old_workflows_run_on_under_the_new_worker(path: Path) -> None
         assert sleeping.status is Status.SLEEPING
         assert sleeping.until is not None
         assert sleeping.until > datetime.now(UTC) + timedelta(days=3650)
+
+
+# -- version 2 to 4: limits (3), then each record keeps the operation that wrote it (4) -------
+#
+# ``fixtures/v2.sql`` was written by the code at main a321884 (schema version 2) running
+# ``fixtures/write_v2.py``; see its docstring. Its records have no operation column.
+
+
+def fixture_v2() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("durable_sqlite_v2", FIXTURES / "write_v2.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def restore_v2(path: Path) -> None:
+    raw = sqlite3.connect(path)
+    try:
+        raw.executescript((FIXTURES / "v2.sql").read_text(encoding="utf-8"))
+    finally:
+        raw.close()
+
+
+def test_the_v2_fixture_is_a_version_2_store_without_operations() -> None:
+    dump = (FIXTURES / "v2.sql").read_text(encoding="utf-8")
+    assert "INSERT INTO \"durable_meta\" VALUES('schema_version',2);" in dump
+    assert "durable_workflow" in dump
+    assert "operation" not in dump
+
+
+async def test_a_version_2_file_gains_operations_and_its_records_read_as_before(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening adds the limit tables and the column and marks version 4, once; every old
+    record reads as it did, with no operation, and is refused to no operation; a record
+    written now keeps its own."""
+    restore_v2(path)
+    with caplog.at_level(logging.INFO, logger="durable_sqlite.connection"):
+        async with connect(path), connect(path) as connection:
+            store = SqliteDurable.over(connection)
+            cp = store.checkpointer
+            assert await cp.load("v2-blocked") == {"greet": "hello v2-blocked"}
+            old = await cp.history("v2-sleeping")
+            assert [(e.key, e.operation) for e in old] == [("greet", None), ("nap", None)]
+            holder = await cp.claim("v2-sleeping", liveness=LONG, budget=LONG)
+            assert holder is not None
+            # Written before operations: nothing to refuse it by.
+            kept = await cp.record_as(holder, "greet", "other", "awaiting")
+            assert (kept.value, kept.first) == ("hello v2-sleeping", False)
+            await cp.record_as(holder, "later", 1, "step")
+            assert (await cp.history("v2-sleeping"))[-1].operation == "step"
+            await cp.release(holder)
+    migrated = [r.getMessage() for r in caplog.records if "migrated" in r.getMessage()]
+    assert len(migrated) == 1, migrated
+    assert "from schema version 2 to 4" in migrated[0]
+    assert query(path, "SELECT value FROM durable_meta WHERE name = 'schema_version'") == [(4,)]
+    for table in ("durable_limit", "durable_slot", "durable_handout", "durable_priority"):
+        assert query(path, f"SELECT count(*) FROM {table}") == [(0,)], table
+
+
+async def test_a_workflow_the_old_release_left_blocked_finishes_on_the_new_one(
+    path: Path,
+) -> None:
+    """The old release's body, served by the new worker, replays the old step (no
+    operation) and finishes once its approval arrives."""
+    restore_v2(path)
+    module = fixture_v2()
+    async with connect(path) as connection:
+        store = SqliteDurable.over(connection)
+        await store.arrive("v2-blocked", "approval", "yes")
+        stop = asyncio.Event()
+        worker = asyncio.create_task(
+            work(store, module.registry, stop=stop, poll=timedelta(milliseconds=20))
+        )
+        try:
+            done = await wait_for(store, "v2-blocked", Status.FINISHED)
+        finally:
+            stop.set()
+            async with asyncio.timeout(30):
+                await worker
+    assert done.value == {"greeting": "hello v2-blocked", "approval": "yes"}

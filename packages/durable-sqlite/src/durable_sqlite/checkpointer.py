@@ -12,15 +12,18 @@ import inspect
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import aiosqlite
 from durable.boundary import (
     check_duration,
+    check_ended,
     check_key,
     check_kind,
     check_message_id,
+    check_moment,
+    check_operation,
     check_settlement,
     check_workflow,
 )
@@ -35,6 +38,7 @@ from durable.interfaces import (
     Entry,
     Failure,
     Fenced,
+    KeyReused,
     NotRetryable,
     Page,
     Pass,
@@ -46,14 +50,20 @@ from durable.interfaces import (
     UnknownWorkflow,
     WorkflowStatus,
 )
+from durable.plugins import Gap
 
 from durable_sqlite.connection import (
+    _execute,
+    _transact,
+    batcher_of,
     check_driver,
     clock_reader,
     duration_micros,
     from_micros,
+    numbered,
     on_thread,
     statements_for,
+    thread_gap,
     to_micros,
     transaction,
 )
@@ -86,6 +96,10 @@ class SqliteCheckpointer:
     workflow's kind, input, status, attempts and outcome in ``durable_workflow``, written by
     ``begin``, ``beat`` and ``settle`` inside the claim's, the renewal's and the release's
     own transactions, so a pass commits no more often than it did without lifecycle.
+
+    ``gap`` is for tests only (a :data:`durable.plugins.Gap`, given by the testing hook):
+    each move awaits it inside its transaction, after the reads that decide it and before
+    its writes. Build a store with ``gap`` inside the event loop that will use it.
     """
 
     def __init__(
@@ -94,12 +108,19 @@ class SqliteCheckpointer:
         *,
         codec: CheckpointCodec[Any] | None = None,
         clock: Clock | None = None,
+        gap: Gap | None = None,
     ) -> None:
         self.connection = check_driver(connection)
+        self._batcher = batcher_of(connection)
+        self._gap = thread_gap(gap)
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         self.clock = clock
         self._now = clock_reader(clock)
         self._sql = statements_for(clock is None)
+        # A step's write binds a tuple (see numbered); the store's clock is bound last,
+        # and only when it is a given one (SQLite's own is written into the statement).
+        self._record_sql = numbered(self._sql["record"], _RECORD_PARAMETERS)
+        self._bind_now = clock is not None
         self._life = statements_for(clock is None, "statuses.sql")
 
     def __repr__(self) -> str:
@@ -120,7 +141,7 @@ class SqliteCheckpointer:
         sql, params = self._sql["history"], {"workflow": workflow, "sent": SENT_PREFIX}
         rows = await on_thread(self.connection, lambda raw: raw.execute(sql, params).fetchall())
         decode = self.codec.decode
-        return [Entry(key, decode(value), from_micros(at)) for key, value, at in rows]
+        return [Entry(key, decode(value), from_micros(at), op) for key, value, at, op in rows]
 
     async def workflows(self, limit: int | None = None) -> list[str]:
         """The ids of the workflows that hold records, sorted; at most ``limit`` of them."""
@@ -159,6 +180,8 @@ class SqliteCheckpointer:
         sql, now = self._sql["claim"], self._now
 
         def claim(raw: sqlite3.Connection) -> int | None:
+            if self._gap is not None:
+                self._gap("Checkpointer.claim", workflow)
             row = raw.execute(sql, {**params, "now": now()}).fetchone()
             return None if row is None else int(row[0])
 
@@ -169,6 +192,8 @@ class SqliteCheckpointer:
         sql, now = self._sql["renew"], self._now
 
         def renew(raw: sqlite3.Connection) -> None:
+            if self._gap is not None:
+                self._gap("Checkpointer.renew", holder.workflow)
             params = {"workflow": holder.workflow, "token": holder.token, "now": now()}
             if raw.execute(sql, params).fetchone() is None:
                 raise self._refusal(raw, holder, "renew")
@@ -179,32 +204,80 @@ class SqliteCheckpointer:
     async def release(self, holder: Pass) -> None:
         sql = self._sql["release"]
         params = {"workflow": holder.workflow, "token": holder.token}
-        await transaction(self.connection, lambda raw: raw.execute(sql, params))
+
+        def release(raw: sqlite3.Connection) -> None:
+            if self._gap is not None:
+                self._gap("Checkpointer.release", holder.workflow)
+            raw.execute(sql, params)
+
+        await transaction(self.connection, release)
 
     # -- writes ------------------------------------------------------------------------
 
     async def record(self, holder: Pass, key: str, value: object) -> Recorded:
-        check_key(holder.workflow, key)
-        encoded = encode_value(self.codec, value, workflow=holder.workflow, key=key)
-        sql, now = self._sql["record"], self._now
-        params = {"workflow": holder.workflow, "key": key, "value": encoded, "token": holder.token}
-
-        def record(raw: sqlite3.Connection) -> object:
-            params["now"] = now()
-            if raw.execute(sql, params).rowcount == 1:
-                return encoded  # it won: the common case, settled by the change count
-            return self._record_outcome(raw, holder, key)
-
-        stored = await transaction(self.connection, record)
+        encoded, record = self._record(holder, key, value, None)
+        batcher = self._batcher
+        if batcher.take():
+            try:
+                stored = await _execute(self.connection)(_transact, self.connection, record)
+            finally:
+                batcher.sent()
+        else:
+            stored = await batcher.write(record)
         return Recorded(self.codec.decode(stored), stored == encoded)
 
-    def _record_outcome(self, raw: sqlite3.Connection, holder: Pass, key: str) -> object:
+    async def record_as(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
+        """``record``, keeping ``operation`` in the row's ``operation`` column; a key whose
+        row names another operation is refused (``KeyReused``) in the same transaction."""
+        check_operation(holder.workflow, key, operation)
+        # Spelled out rather than shared with record through a coroutine of its own, and
+        # a lone write sent from here rather than through GroupCommit.submit: this is
+        # every step's write, and each coroutine between a step and the connection's
+        # thread costs it twice, going and coming back.
+        encoded, record = self._record(holder, key, value, operation)
+        batcher = self._batcher
+        if batcher.take():
+            try:
+                stored = await _execute(self.connection)(_transact, self.connection, record)
+            finally:
+                batcher.sent()
+        else:
+            stored = await batcher.write(record)
+        return Recorded(self.codec.decode(stored), stored == encoded)
+
+    def _record(
+        self, holder: Pass, key: str, value: object, operation: str | None
+    ) -> tuple[object, Callable[[sqlite3.Connection], object]]:
+        """The encoding of a record and the transaction's work that writes it."""
+        check_key(holder.workflow, key)
+        encoded = encode_value(self.codec, value, workflow=holder.workflow, key=key)
+        sql, now, gap, bind_now = self._record_sql, self._now, self._gap, self._bind_now
+        params: tuple[object, ...] = (holder.workflow, key, encoded, holder.token, operation)
+
+        def record(raw: sqlite3.Connection) -> object:
+            if gap is not None:
+                gap("Checkpointer.record", holder.workflow)
+            # The given clock is read here, inside the transaction, as every move reads it.
+            bound = (*params, now()) if bind_now else params
+            if raw.execute(sql, bound).rowcount == 1:
+                return encoded  # it won: the common case, settled by the change count
+            return self._record_outcome(raw, holder, key, operation)
+
+        return encoded, record
+
+    def _record_outcome(
+        self, raw: sqlite3.Connection, holder: Pass, key: str, operation: str | None
+    ) -> object:
         """The value a record that inserted nothing meets, or why it was refused: read in
         the record's own transaction, so nothing can have moved in between."""
         params = {"workflow": holder.workflow, "key": key}
-        token, budget_until, stored = raw.execute(self._sql["record_outcome"], params).fetchone()
+        token, budget_until, stored, kept = raw.execute(
+            self._sql["record_outcome"], params
+        ).fetchone()
         if token != holder.token:
             raise self._fenced(holder, token, budget_until, f"record of {key!r}")
+        if operation is not None and kept is not None and kept != operation:
+            raise KeyReused(holder.workflow, key, kept, operation)
         # The token matched inside this transaction, so the insert's SELECT yielded its row
         # and only a conflict can have stopped it: the key holds a value. Unless something
         # outside the store dropped the row; never hand that back as a silent None.
@@ -239,7 +312,11 @@ class SqliteCheckpointer:
             lookup = {"workflow": workflow, "key": key}
             existing = raw.execute(self._sql["lookup"], lookup).fetchone()
             if existing is not None:
+                if existing[1] not in (None, "transact"):
+                    raise KeyReused(workflow, key, existing[1], "transact")
                 return existing[0], False
+            if self._gap is not None:
+                self._gap("Checkpointer.transact", workflow)
             cursor = raw.cursor()
             try:
                 result = effect(cursor)
@@ -261,21 +338,39 @@ class SqliteCheckpointer:
                     "must only execute statements on the cursor it is handed"
                 )
             encoded = encode_value(codec, result, workflow=workflow, key=key)
-            return self._supply_in(raw, workflow, key, encoded), True
+            return self._supply_in(raw, workflow, key, encoded, "transact"), True
 
-        stored, first = await transaction(self.connection, transact)
+        stored, first = await transaction(self.connection, transact, alone=True)
         return Recorded(codec.decode(stored), first)
 
     async def supply(self, workflow: str, key: str, value: object) -> object:
         check_workflow(workflow)
         check_key(workflow, key)
         encoded = encode_value(self.codec, value, workflow=workflow, key=key)
-        supply = self._supply_in
-        stored = await transaction(self.connection, lambda raw: supply(raw, workflow, key, encoded))
+
+        def supply(raw: sqlite3.Connection) -> Any:
+            if self._gap is not None:
+                self._gap("Checkpointer.supply", workflow)
+            return self._supply_in(raw, workflow, key, encoded)
+
+        stored = await transaction(self.connection, supply)
         return self.codec.decode(stored)
 
-    def _supply_in(self, raw: sqlite3.Connection, workflow: str, key: str, encoded: object) -> Any:
-        params = {"workflow": workflow, "key": key, "value": encoded, "now": self._now()}
+    def _supply_in(
+        self,
+        raw: sqlite3.Connection,
+        workflow: str,
+        key: str,
+        encoded: object,
+        operation: str | None = None,
+    ) -> Any:
+        params = {
+            "workflow": workflow,
+            "key": key,
+            "value": encoded,
+            "now": self._now(),
+            "operation": operation,
+        }
         return raw.execute(self._sql["supply"], params).fetchone()[0]
 
     async def append(self, workflow: str, value: object, *, message_id: str | None = None) -> str:
@@ -284,33 +379,114 @@ class SqliteCheckpointer:
         encoded = self._encode_entry(workflow, value)
         append = self._append_in
         return await transaction(
-            self.connection, lambda raw: append(raw, workflow, encoded, message_id)
+            self.connection,
+            lambda raw: append(raw, workflow, encoded, message_id, "Checkpointer.append"),
         )
 
     def _encode_entry(self, workflow: str, value: object) -> object:
         return encode_value(self.codec, value, workflow=workflow, key="<inbox>")
 
     def _append_in(
-        self, raw: sqlite3.Connection, workflow: str, encoded: object, message_id: str | None
+        self,
+        raw: sqlite3.Connection,
+        workflow: str,
+        encoded: object,
+        message_id: str | None,
+        move: str | None = None,
+        at: int | None = None,
     ) -> str:
         """The append inside an open transaction: with ``message_id``, the marker is read
         and written in the same transaction as the entry, and SQLite's one writer at a time
-        is what makes the first append with an id the only one."""
+        is what makes the first append with an id the only one. ``at`` (microseconds) is
+        the entry's time in place of the store's clock (``append_at``)."""
         now = self._now()
         mark = {"workflow": workflow, "sent": SENT_PREFIX, "message_id": message_id}
         if message_id is not None:
             found = raw.execute(self._sql["sent"], mark).fetchone()
             if found is not None:
                 return str(found[0])
+        if move is not None and self._gap is not None:
+            self._gap(move, workflow)
         params = {"workflow": workflow, "value": encoded, "prefix": INBOX_PREFIX, "now": now}
-        key = str(raw.execute(self._sql["append"], params).fetchone()[0])
+        if at is None:
+            key = str(raw.execute(self._sql["append"], params).fetchone()[0])
+        else:
+            params["at"] = at
+            key = str(raw.execute(self._sql["append_at"], params).fetchone()[0])
         if message_id is not None:
             raw.execute(self._sql["append_mark"], {**mark, "key": key, "now": now})
         return key
 
+    # -- writes with a given time (durable.interfaces.Dated, for durable import) -------
+
+    async def supply_at(self, workflow: str, key: str, value: object, at: datetime) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        check_moment("at", at, workflow=workflow)
+        encoded = encode_value(self.codec, value, workflow=workflow, key=key)
+        sql = self._sql["supply_at"]
+        params = {"workflow": workflow, "key": key, "value": encoded, "at": to_micros(at)}
+        stored = await transaction(
+            self.connection, lambda raw: raw.execute(sql, params).fetchone()[0]
+        )
+        return self.codec.decode(stored)
+
+    async def append_at(
+        self, workflow: str, value: object, at: datetime, *, message_id: str | None = None
+    ) -> str:
+        check_workflow(workflow)
+        check_message_id(workflow, message_id)
+        check_moment("at", at, workflow=workflow)
+        encoded = self._encode_entry(workflow, value)
+        append, micros = self._append_in, to_micros(at)
+        return await transaction(
+            self.connection,
+            lambda raw: append(raw, workflow, encoded, message_id, None, micros),
+        )
+
+    async def backdate(
+        self, workflow: str, *, started_at: datetime | None, updated_at: datetime
+    ) -> None:
+        check_workflow(workflow)
+        check_moment("updated_at", updated_at, workflow=workflow)
+        if started_at is not None:
+            check_moment("started_at", started_at, workflow=workflow)
+        sql = self._life["backdate"]
+        params = {
+            "workflow": workflow,
+            "updated": to_micros(updated_at),
+            "started": None if started_at is None else to_micros(started_at),
+        }
+        found = await transaction(self.connection, lambda raw: raw.execute(sql, params).fetchone())
+        if found is None:
+            raise UnknownWorkflow(f"no workflow {workflow!r} has a status: nothing to backdate")
+
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)
-        await transaction(self.connection, lambda raw: self._discard_in(raw, workflow))
+
+        def discard(raw: sqlite3.Connection) -> None:
+            if self._gap is not None:
+                self._gap("Checkpointer.discard", workflow)
+            self._discard_in(raw, workflow)
+
+        await transaction(self.connection, discard)
+
+    async def discard_ended(
+        self, workflow: str, *, statuses: frozenset[Status], before: datetime
+    ) -> bool:
+        check_workflow(workflow)
+        check_ended(workflow, statuses, before)
+        wanted, until = {s.value for s in statuses}, to_micros(before)
+
+        def discard(raw: sqlite3.Connection) -> bool:
+            # One transaction, and SQLite's one writer: the read and the discard are one step.
+            found = raw.execute(self._life["ended"], {"workflow": workflow}).fetchone()
+            if found is None or found[0] not in wanted or found[1] >= until:
+                return False
+            self._discard_in(raw, workflow)
+            return True
+
+        return await transaction(self.connection, discard)
 
     def _discard_in(self, raw: sqlite3.Connection, workflow: str) -> None:
         raw.execute(self._sql["forget"], {"workflow": workflow})
@@ -331,7 +507,8 @@ class SqliteCheckpointer:
         admit = self._admit_in
         try:
             created, row = await transaction(
-                self.connection, lambda raw: admit(raw, workflow, kind, encoded, queue)
+                self.connection,
+                lambda raw: admit(raw, workflow, kind, encoded, queue, "Lifecycle.admit"),
             )
         except _Conflict as conflict:
             raise self._conflict(workflow, kind, input, conflict) from None
@@ -355,12 +532,20 @@ class SqliteCheckpointer:
         return Admitted(status, created, created or status.status is Status.READY)
 
     def _admit_in(
-        self, raw: sqlite3.Connection, workflow: str, kind: str, encoded: object, queue: str
+        self,
+        raw: sqlite3.Connection,
+        workflow: str,
+        kind: str,
+        encoded: object,
+        queue: str,
+        move: str | None = None,
     ) -> tuple[bool, Sequence[Any]]:
         """The admission inside an open transaction: read the row, then insert, adopt, or
         nothing. SQLite's one writer at a time makes the read and the write one step, so
         of any number of concurrent starters exactly one creates the row."""
         life = raw.execute(self._life["life"], {"workflow": workflow}).fetchone()
+        if move is not None and self._gap is not None:
+            self._gap(move, workflow)
         params = {
             "workflow": workflow,
             "kind": kind,
@@ -397,6 +582,8 @@ class SqliteCheckpointer:
 
         def begin(raw: sqlite3.Connection) -> tuple[object, ...] | None:
             life = raw.execute(read, {"workflow": workflow}).fetchone()
+            if self._gap is not None:
+                self._gap("Lifecycle.begin", workflow)
             if life is not None and Status(life[2]).terminal:
                 return (None, life[2], life[0], life[1], life[4], None)
             params["now"] = clock()
@@ -427,6 +614,8 @@ class SqliteCheckpointer:
         renew, beat_step, clock = self._sql["renew"], self._life["beat_step"], self._now
 
         def beat(raw: sqlite3.Connection) -> None:
+            if self._gap is not None:
+                self._gap("Lifecycle.beat", holder.workflow)
             params = {
                 "workflow": holder.workflow,
                 "token": holder.token,
@@ -470,6 +659,8 @@ class SqliteCheckpointer:
         doing = f"settle as {settlement.status}"
 
         def settle(raw: sqlite3.Connection) -> None:
+            if self._gap is not None:
+                self._gap("Lifecycle.settle", workflow)
             if raw.execute(release, params).fetchone() is None:
                 raise self._refusal(raw, holder, doing)
             raw.execute(settle_life, {**params, "now": clock()})
@@ -479,12 +670,18 @@ class SqliteCheckpointer:
     async def withdraw(self, workflow: str) -> WorkflowStatus:
         check_workflow(workflow)
         withdraw = self._withdraw_in
-        _, row = await transaction(self.connection, lambda raw: withdraw(raw, workflow))
+        _, row = await transaction(
+            self.connection, lambda raw: withdraw(raw, workflow, "Lifecycle.withdraw")
+        )
         return self._decode_status(row)
 
-    def _withdraw_in(self, raw: sqlite3.Connection, workflow: str) -> tuple[bool, Sequence[Any]]:
+    def _withdraw_in(
+        self, raw: sqlite3.Connection, workflow: str, move: str | None = None
+    ) -> tuple[bool, Sequence[Any]]:
         """Cancel inside an open transaction; whether it changed anything, and the row."""
         life = raw.execute(self._life["life"], {"workflow": workflow}).fetchone()
+        if move is not None and self._gap is not None:
+            self._gap(move, workflow)
         if life is None:
             if not raw.execute(self._life["has_records"], {"workflow": workflow}).fetchone()[0]:
                 raise _unknown(workflow, "cancel")
@@ -497,11 +694,15 @@ class SqliteCheckpointer:
     async def readmit(self, workflow: str) -> WorkflowStatus:
         check_workflow(workflow)
         readmit = self._readmit_in
-        row = await transaction(self.connection, lambda raw: readmit(raw, workflow))
+        row = await transaction(
+            self.connection, lambda raw: readmit(raw, workflow, "Lifecycle.readmit")
+        )
         return self._decode_status(row)
 
-    def _readmit_in(self, raw: sqlite3.Connection, workflow: str) -> Any:
+    def _readmit_in(self, raw: sqlite3.Connection, workflow: str, move: str | None = None) -> Any:
         life = raw.execute(self._life["life"], {"workflow": workflow}).fetchone()
+        if move is not None and self._gap is not None:
+            self._gap(move, workflow)
         if life is None:
             if not raw.execute(self._life["has_records"], {"workflow": workflow}).fetchone()[0]:
                 raise _unknown(workflow, "retry")
@@ -613,6 +814,10 @@ class SqliteCheckpointer:
             return Fenced(f"{holder} was released; {doing} refused, stop this pass")
         return Fenced(f"{holder} has spent its budget; {doing} refused, stop this pass")
 
+
+_RECORD_PARAMETERS = ("workflow", "key", "value", "token", "operation", "now")
+"""The order the record statement's parameters are bound in (``now`` only with a given
+clock)."""
 
 _FIRST_PAGE = (1 << 62, "")
 """A cursor above every row: (updated_at, workflow) compares below it for any moment

@@ -28,11 +28,13 @@ refuses, with a clear message, a release that changed it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
 import sqlite3
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -41,11 +43,12 @@ from functools import cache, partial
 from importlib.resources import files
 from os import PathLike
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 from durable.clock import Clock
 from durable.interfaces import StoreError, StoreUnavailable
+from durable.plugins import Gap
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -53,27 +56,40 @@ __all__ = [
     "TABLES",
     "DatabaseRefused",
     "ForeignTable",
+    "GroupCommit",
     "NotADatabase",
     "SqliteBusy",
     "Synchronous",
+    "ThreadGap",
     "configure",
     "connect",
     "create_schema",
+    "group_commit",
 ]
 
 T = TypeVar("T")
 
 log = logging.getLogger("durable_sqlite.connection")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 """The shape of the tables in ``schema.sql``; stored in ``durable_meta``. Version 1 (the
-release before workflow lifecycle) is migrated on open by ``migrate_2.sql``."""
+release before workflow lifecycle) is migrated on open by ``migrate_2.sql``, version 2
+(the release before queue limits) by ``migrate_3.sql``, and version 3 (the release before
+each record kept its operation) by ``migrate_4.sql``."""
+
+ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {4: {"durable_checkpoint": ("operation",)}}
+"""Columns a version added to a table that an older file holds without them: such a file's
+table is the store's own, missing only what its migration adds, and is not refused."""
 
 TABLES = (
     "durable_checkpoint",
     "durable_claim",
     "durable_queue",
     "durable_workflow",
+    "durable_limit",
+    "durable_slot",
+    "durable_handout",
+    "durable_priority",
     "durable_meta",
 )
 """The tables the store owns. Any other table in the file is the application's."""
@@ -256,6 +272,27 @@ def statements_for(sqlite_clock: bool, resource: str = "statements.sql") -> dict
     return {name: _NOW.sub(reading, text) for name, text in named.items()}
 
 
+def numbered(text: str, names: tuple[str, ...]) -> str:
+    """``text`` with each ``:name`` of ``names`` written ``?N``, ``N`` its place in
+    ``names`` counting from 1, so that the statement binds a tuple in that order.
+
+    A dict of named parameters makes sqlite3 ask the statement for each parameter's name
+    and look it up in the dict, which costs a recorded step about 1.5 µs on the
+    connection's thread against a tuple (on the machine ``docs/performance.md`` reports
+    on); only the statement every step runs is worth spelling this way. Every named
+    parameter must be in ``names``: one left over would bind nothing, so it is refused.
+    A substitution in the text, for the store's own statements, which hold no ``:name``
+    inside a string literal.
+    """
+    for number, name in enumerate(names, start=1):
+        text = re.sub(rf":{name}\b", f"?{number}", text)
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    left = re.findall(r"(?<![\w:]):[A-Za-z_]\w*", code)
+    if left:
+        raise ValueError(f"named parameters {left} are not among {names}")
+    return text
+
+
 # -- the worker thread -----------------------------------------------------------------------
 
 
@@ -276,8 +313,13 @@ def check_driver(connection: object) -> aiosqlite.Connection:
     return connection
 
 
-def _execute(connection: aiosqlite.Connection) -> Callable[..., Awaitable[T]]:
-    return cast(Callable[..., Awaitable[T]], connection._execute)
+_Execute = Callable[..., Awaitable[Any]]
+"""aiosqlite's ``Connection._execute``, typed once here: a step goes through it, and
+spelling the alias inside :func:`_execute` would build it anew on every call."""
+
+
+def _execute(connection: aiosqlite.Connection) -> _Execute:
+    return cast(_Execute, connection._execute)
 
 
 def _over(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -286,7 +328,7 @@ def _over(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection],
 
 async def on_thread(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
     """Run ``work`` over the ``sqlite3`` connection on its own thread: one trip."""
-    return await _execute(connection)(_over, connection, work)
+    return cast(T, await _execute(connection)(_over, connection, work))
 
 
 def within_transaction(work: Callable[[sqlite3.Connection], T], raw: sqlite3.Connection) -> T:
@@ -344,20 +386,321 @@ def _still_open(raw: sqlite3.Connection) -> bool:
 
 
 async def transaction(
-    connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]
+    connection: aiosqlite.Connection,
+    work: Callable[[sqlite3.Connection], T],
+    *,
+    alone: bool = False,
 ) -> T:
     """Run ``work`` inside one ``BEGIN IMMEDIATE`` transaction, in one trip to the thread.
 
     ``IMMEDIATE`` takes the write lock at the start, so a transaction that must wait for
     another connection's write waits there, under ``busy_timeout``, rather than failing
     with ``database is locked`` when a read it began with tries to become a write. If
-    ``work`` raises, everything it wrote is rolled back.
+    ``work`` raises, everything it wrote is rolled back, and nothing else's.
+
+    With group commit on (the default, see :func:`group_commit`), works that arrive while
+    an earlier transaction of this connection is on its way share one transaction and
+    one commit, each inside a savepoint of its own (:class:`GroupCommit`); a work that
+    arrives when nothing is on its way goes at once, alone. ``alone=True`` keeps a work
+    out of any batch: one that runs the application's code (a ``transact`` effect), which
+    could end the transaction it shares with other callers' writes.
     """
-    return await _execute(connection)(_transact, connection, work)
+    batcher = batcher_of(connection)
+    if alone or not batcher.enabled:
+        return cast(T, await _execute(connection)(_transact, connection, work))
+    return await batcher.submit(work)
+
+
+def batcher_of(connection: aiosqlite.Connection) -> GroupCommit:
+    """The one :class:`GroupCommit` of ``connection``, made on first use.
+
+    A store half looks it up once and keeps it: a step's write then goes straight to
+    :meth:`GroupCommit.write` instead of finding it again in a weak dictionary, which
+    builds a weak reference for every lookup. :func:`group_commit` turns this same object
+    on and off, so a kept one follows it.
+    """
+    batcher = _batchers.get(connection)
+    if batcher is None:
+        batcher = _batchers[connection] = GroupCommit(connection)
+    return batcher
 
 
 def _transact(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
     return within_transaction(work, connection._conn)
+
+
+# -- group commit ------------------------------------------------------------------------------
+
+
+class GroupCommit:
+    """Writes of one connection that arrive together, sent in one trip and one commit.
+
+    A commit under ``synchronous=FULL`` is a sync of the write-ahead log, and a trip to
+    the connection's thread is most of what a small write costs (see the module's
+    docstring); concurrent passes on one process each paid both. Here a work that
+    arrives while nothing of this connection is on its way goes at once, alone, exactly
+    as without group commit: a lone write never waits for company. Works that arrive
+    while one is on its way wait for it, and then go together: one trip, one
+    ``BEGIN IMMEDIATE``, each work inside ``SAVEPOINT``/``RELEASE``, one ``COMMIT``.
+
+    Each verdict stays its own. A work reads what the works before it in the batch
+    wrote, as it would had they committed just before it (the same order the thread's
+    queue would have run them in), so a fence check or a first-writer-wins insert
+    decides exactly as it would have alone. A work that raises (a stale token's
+    :class:`~durable.interfaces.Fenced`, a bad value) is rolled back to its savepoint and
+    its error goes to its caller only; the others commit. A caller is answered only after
+    the ``COMMIT`` returned, so a recorded write is durable when its ``await`` returns.
+    If the commit itself fails, nothing of the batch was written and every caller in it
+    gets that error. If a work's failure ended the whole transaction (SQLite rolls back
+    by itself on a full disk or an I/O error), the works before it, rolled back with it,
+    are run again in a fresh transaction: nothing they said has been answered yet.
+    """
+
+    __slots__ = ("__weakref__", "busy", "connection", "crowd", "enabled", "flushing", "pending")
+
+    def __init__(self, connection: aiosqlite.Connection) -> None:
+        self.connection = connection
+        self.enabled = True
+        self.busy = False
+        self.pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self.flushing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak refs
+        self.crowd = False  # whether the last commit answered more than one caller
+
+    def write(self, work: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
+        """``work`` in a transaction of its own, or in the next batch when group commit is
+        on: :func:`transaction` for a store half that keeps its batcher. A plain function
+        handing back the awaitable, so that a step's write pays no coroutine of its own."""
+        if not self.enabled:
+            return cast(Awaitable[T], _execute(self.connection)(_transact, self.connection, work))
+        return self.submit(work)
+
+    async def submit(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self.busy:
+            future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+            self.pending.append((work, future))
+            return await future
+        # Nothing on its way. If the last commit answered several callers, one turn of
+        # the event loop first, so that the writes of the passes it woke join this one
+        # rather than wait a whole trip behind it; then this work goes at once, alone by
+        # the plain path if none did. (After a lone write there is no crowd to wait for,
+        # and a lone writer pays nothing.) Whatever arrives meanwhile goes as one batch
+        # when it is back.
+        self.busy = True
+        if self.crowd:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                self._next()
+                raise
+        if self.pending:
+            own: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+            self.pending.insert(0, (work, own))
+            self._next()
+            return await own
+        try:
+            return cast(T, await _execute(self.connection)(_transact, self.connection, work))
+        finally:
+            self.sent()
+
+    def take(self) -> bool:
+        """Whether a write may go at once and alone, sent by its caller: group commit on,
+        nothing of this connection on its way, and no crowd just answered. If so the
+        caller holds the connection's turn, sends its work itself (:func:`_transact` by
+        :func:`_execute`) and calls :meth:`sent` once it is back, however it ended.
+
+        :meth:`submit`'s lone path without its coroutine, for the write every step makes:
+        each coroutine between a step and the connection's thread costs the step going
+        and coming back. ``False`` sends the caller to :meth:`write`.
+        """
+        if self.busy or self.crowd or not self.enabled:
+            return False
+        self.busy = True
+        return True
+
+    def sent(self) -> None:
+        """A lone write is back: send whatever arrived meanwhile as one batch."""
+        self.crowd = bool(self.pending)
+        self._next()
+
+    def _next(self) -> None:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self.flushing.add(task)
+            task.add_done_callback(self.flushing.discard)
+        else:
+            self.busy = False
+
+    async def _flush(
+        self, batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]
+    ) -> None:
+        try:
+            await self._send(batch)
+        finally:
+            self._next()
+
+    async def _send(
+        self, batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]
+    ) -> None:
+        """The batch in one trip and one transaction; each caller's future answered."""
+        works = [work for work, _ in batch]
+        self.crowd = len(batch) > 1
+        try:
+            outcomes: list[tuple[bool, object]] = await _execute(self.connection)(
+                _run_batch, self.connection, works
+            )
+        except BaseException as error:
+            for _, future in batch:
+                if future.done():
+                    continue
+                if isinstance(error, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(error)
+            if isinstance(error, KeyboardInterrupt | SystemExit):
+                raise
+            return
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if future.done():
+                continue  # its caller was cancelled; the write stands or not regardless
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(cast(BaseException, value))
+
+
+_batchers: weakref.WeakKeyDictionary[aiosqlite.Connection, GroupCommit] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def group_commit(connection: aiosqlite.Connection, enabled: bool) -> None:
+    """Turn group commit on or off for every store half over ``connection``.
+
+    On by default. Off, each write is its own transaction and its own commit, as before
+    this release (``sqlite:///orders.db?group_commit=0``). The guarantees are the same
+    either way; only how many writes share a commit differs.
+    """
+    check_driver(connection)
+    batcher_of(connection).enabled = enabled
+
+
+_SAVEPOINT = "SAVEPOINT durable_write"
+_ROLLBACK_TO = "ROLLBACK TO durable_write"
+_RELEASE = "RELEASE durable_write"
+
+
+def _run_batch(
+    connection: aiosqlite.Connection, works: list[Callable[[sqlite3.Connection], Any]]
+) -> list[tuple[bool, object]]:
+    """On the connection's thread: every work in one transaction, each in a savepoint;
+    ``(True, result)`` or ``(False, error)`` for each, in order."""
+    raw = connection._conn
+    outcomes: list[tuple[bool, object]] = [(False, None)] * len(works)
+    remaining = list(range(len(works)))
+    while remaining:
+        remaining = _attempt(raw, works, remaining, outcomes)
+    return outcomes
+
+
+def _attempt(
+    raw: sqlite3.Connection,
+    works: list[Callable[[sqlite3.Connection], Any]],
+    remaining: list[int],
+    outcomes: list[tuple[bool, object]],
+) -> list[int]:
+    """One transaction over ``remaining``; the works to run again (none once committed)."""
+    if raw.in_transaction:
+        raise StoreError(_FOREIGN_TRANSACTION)
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as error:
+        raise _busy_or(error) from error
+    written: list[int] = []
+    try:
+        for position, index in enumerate(remaining):
+            raw.execute(_SAVEPOINT)
+            try:
+                value = works[index](raw)
+            except BaseException as error:  # Fenced is an Interruption, no Exception
+                outcomes[index] = (False, _mapped(error) if isinstance(error, Exception) else error)
+                if not _still_open(raw):
+                    # SQLite rolled the whole transaction back: the works before this one
+                    # are undone too, and go again in a fresh one.
+                    return written + remaining[position + 1 :]
+                raw.execute(_ROLLBACK_TO)
+                raw.execute(_RELEASE)
+            else:
+                raw.execute(_RELEASE)
+                outcomes[index] = (True, value)
+                written.append(index)
+        raw.execute("COMMIT")
+    except BaseException as error:
+        if _still_open(raw):
+            raw.execute("ROLLBACK")
+        if isinstance(error, Exception):
+            mapped = _mapped(error)
+            if mapped is not error:
+                raise mapped from error
+        raise
+    return []
+
+
+_FOREIGN_TRANSACTION = (
+    "the SQLite connection has a transaction open that durable did not start; "
+    "commit or roll it back before using the store (durable_sqlite.connect opens "
+    "connections in autocommit mode so that none is left open implicitly)"
+)
+
+
+def _mapped(error: Exception) -> Exception:
+    """``error`` as :func:`within_transaction` would raise it."""
+    if isinstance(error, sqlite3.OperationalError) and "statements in progress" in str(error):
+        mapped = StoreError(
+            "durable could not commit on this SQLite connection because a writing "
+            "statement of the application's is unfinished on it (an INSERT, UPDATE or "
+            "DELETE ... RETURNING whose rows are still being read); the rollback that "
+            "followed undid that statement's changes too. Read such a statement to its "
+            "end before the store writes, or give the store a connection of its own"
+        )
+        mapped.__cause__ = error
+        return mapped
+    if isinstance(error, sqlite3.OperationalError) and _is_busy(error):
+        busy = _busy_or(error)
+        busy.__cause__ = error
+        return busy
+    return error
+
+
+class ThreadGap:
+    """A test's :data:`durable.plugins.Gap`, awaited from inside a transaction.
+
+    A transaction here is one function run on the connection's thread, so a gap between a
+    move's reads and its writes has to be taken there: calling this object blocks the
+    thread, with the ``BEGIN IMMEDIATE`` write lock held, while the event loop the store
+    was opened on runs ``gap(move, workflow)``. Another connection's write meanwhile waits
+    for the lock (under its busy timeout), and this connection's other work waits its turn
+    in the thread's queue, which is what a held move must show. What the gap raises is
+    raised in the transaction, which then rolls back. Only testbeds build one: a store
+    opened without ``gap=`` has ``None`` in its place and checks nothing else.
+    """
+
+    __slots__ = ("gap", "loop")
+
+    def __init__(self, gap: Gap) -> None:
+        self.gap = gap
+        self.loop = asyncio.get_running_loop()
+
+    def __call__(self, move: str, workflow: str) -> None:
+        asyncio.run_coroutine_threadsafe(self._awaited(move, workflow), self.loop).result()
+
+    async def _awaited(self, move: str, workflow: str) -> None:
+        await self.gap(move, workflow)
+
+
+def thread_gap(gap: Gap | None) -> ThreadGap | None:
+    """``gap`` made callable from the connection's thread; ``None`` stays ``None``."""
+    return None if gap is None else ThreadGap(gap)
 
 
 # -- opening ---------------------------------------------------------------------------------
@@ -387,14 +730,25 @@ def _file_of(raw: sqlite3.Connection) -> str:
     return "?"
 
 
-def _check_tables(raw: sqlite3.Connection) -> None:
+def _older(table: str, version: int | None) -> tuple[tuple[str, str, int, int], ...] | None:
+    """The table's columns as a file of ``version`` holds them, when a later version added
+    some; ``None`` when it has the current shape (or no version is known)."""
+    if version is None:
+        return None
+    added = {c for v, tables in ADDED_IN.items() if v > version for c in tables.get(table, ())}
+    if not added:
+        return None
+    return tuple(c for c in _expected_columns()[table] if c[0] not in added)
+
+
+def _check_tables(raw: sqlite3.Connection, version: int | None = None) -> None:
     present = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     expected = _expected_columns()
     for table in TABLES:
         if table not in present:
             continue
         found = _columns(raw, table)
-        if found != expected[table]:
+        if found != expected[table] and found != _older(table, version):
             have = ", ".join(f"{c[0]} {c[1]}".strip() for c in found) or "none"
             want = ", ".join(f"{c[0]} {c[1]}".strip() for c in expected[table])
             raise ForeignTable(
@@ -471,8 +825,7 @@ def _configure(synchronous: Synchronous, busy_timeout: timedelta, raw: sqlite3.C
         ) from error
     # A newer release's file is refused by its version before its tables are compared:
     # their shape may have moved on, and "upgrade durable-sqlite" is the useful answer.
-    _check_version(raw)
-    _check_tables(raw)
+    _check_tables(raw, _check_version(raw))
     if _file_of(raw) == ":memory:":
         raise DatabaseRefused(IN_MEMORY)
     mode = _into_wal(raw, busy_timeout)
@@ -496,23 +849,43 @@ def _create(raw: sqlite3.Connection) -> None:
     before = _check_version(raw)
     for text in schema():
         raw.execute(text)
-    _check_tables(raw)
+    _check_tables(raw, before)
     if before is not None and before < SCHEMA_VERSION:
         _migrate(raw, before)
 
 
 def _migrate(raw: sqlite3.Connection, version: int) -> None:
-    # Version 1 is the only older one; a later migration goes here, each in turn.
+    # Each older version in turn, in the one transaction of the open, said in one line.
+    was, done = version, []
     if version == 1:
         sql = statements_for(True, "migrate_2.sql")
         adopted = raw.execute(sql["backfill"]).rowcount
         raw.execute(sql["mark"])
-        log.info(
-            "migrated the durable store in %s from schema version 1 to 2: %d workflow(s) "
-            "given a lifecycle row (no kind; ready, sleeping or blocked by their queue row)",
-            _file_of(raw),
-            adopted,
+        done.append(
+            f"{adopted} workflow(s) given a lifecycle row (no kind; ready, sleeping or blocked "
+            "by their queue row)"
         )
+        version = 2
+    if version == 2:
+        raw.execute(statements_for(True, "migrate_3.sql")["mark"])
+        done.append("queue limits added (no queue limited yet)")
+        version = 3
+    if version == 3:
+        sql = statements_for(True, "migrate_4.sql")
+        raw.execute(sql["add_operation"])
+        raw.execute(sql["mark"])
+        done.append(
+            "records now keep the operation that wrote them (older records read as written "
+            "before operations)"
+        )
+        version = 4
+    log.info(
+        "migrated the durable store in %s from schema version %d to %d: %s",
+        _file_of(raw),
+        was,
+        version,
+        "; ".join(done),
+    )
 
 
 async def create_schema(connection: aiosqlite.Connection) -> None:

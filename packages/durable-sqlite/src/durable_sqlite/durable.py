@@ -11,10 +11,11 @@ from durable.boundary import check_key, check_message_id, check_workflow
 from durable.clock import Clock
 from durable.codec import CheckpointCodec, encode_value
 from durable.interfaces import Admitted, Status, WorkflowStatus
+from durable.plugins import Gap
 from durable.workflows import Lifecycled
 
 from durable_sqlite.checkpointer import SqliteCheckpointer, _Conflict
-from durable_sqlite.connection import transaction
+from durable_sqlite.connection import SCHEMA_VERSION, _version, on_thread, transaction
 from durable_sqlite.scheduler import DEFAULT_LEASE, DEFAULT_POLL, SqliteScheduler
 
 __all__ = ["SqliteDurable"]
@@ -56,6 +57,12 @@ class SqliteDurable(Lifecycled):
         self._checkpointer = checkpointer
         self._scheduler = scheduler
 
+    async def schema_versions(self) -> tuple[int | None, int]:
+        """For ``durable doctor``: the file's schema version and the one this release
+        expects (opening a file migrates it, so they differ only for a file opened elsewhere
+        by an older release since)."""
+        return await on_thread(self.connection, _version), SCHEMA_VERSION
+
     @classmethod
     def over(
         cls,
@@ -65,11 +72,14 @@ class SqliteDurable(Lifecycled):
         clock: Clock | None = None,
         lease: timedelta = DEFAULT_LEASE,
         poll: timedelta = DEFAULT_POLL,
+        gap: Gap | None = None,
     ) -> SqliteDurable:
-        """Both halves over ``connection``, sharing ``clock`` (SQLite's own when ``None``)."""
+        """Both halves over ``connection``, sharing ``clock`` (SQLite's own when ``None``).
+        ``gap`` is for tests only: every move of both halves, and each move across them
+        (between its two halves, inside the one transaction), awaits it."""
         return cls(
-            SqliteCheckpointer(connection, codec=codec, clock=clock),
-            SqliteScheduler(connection, lease=lease, clock=clock, poll=poll),
+            SqliteCheckpointer(connection, codec=codec, clock=clock, gap=gap),
+            SqliteScheduler(connection, lease=lease, clock=clock, poll=poll, gap=gap),
         )
 
     def __repr__(self) -> str:
@@ -95,6 +105,8 @@ class SqliteDurable(Lifecycled):
 
         def arrive(raw: sqlite3.Connection) -> object:
             stored = cp._supply_in(raw, workflow, key, encoded)
+            if cp._gap is not None:
+                cp._gap("Durable.arrive", workflow)
             sched._make_ready_in(raw, workflow)
             return stored
 
@@ -110,6 +122,8 @@ class SqliteDurable(Lifecycled):
 
         def send(raw: sqlite3.Connection) -> str:
             key = cp._append_in(raw, workflow, encoded, message_id)
+            if cp._gap is not None:
+                cp._gap("Durable.send", workflow)
             sched._make_ready_in(raw, workflow)
             return key
 
@@ -123,6 +137,8 @@ class SqliteDurable(Lifecycled):
 
         def discard(raw: sqlite3.Connection) -> None:
             cp._discard_in(raw, workflow)
+            if cp._gap is not None:
+                cp._gap("Durable.discard", workflow)
             sched._cancel_in(raw, workflow)
 
         await transaction(self.connection, discard)
@@ -137,6 +153,8 @@ class SqliteDurable(Lifecycled):
 
         def admit(raw: sqlite3.Connection) -> tuple[bool, Any]:
             created, row = cp._admit_in(raw, workflow, kind, encoded, queue)
+            if cp._gap is not None:
+                cp._gap("Durable.start", workflow)
             # Queued when new, and again when a repeat finds it still ready: harmless here
             # (the first start's commit queued it), and what a repeated start promises.
             if created or row[1] == Status.READY:
@@ -158,6 +176,8 @@ class SqliteDurable(Lifecycled):
 
         def withdraw(raw: sqlite3.Connection) -> Any:
             changed, row = cp._withdraw_in(raw, workflow)
+            if cp._gap is not None:
+                cp._gap("Durable.cancel", workflow)
             if changed:
                 sched._cancel_in(raw, workflow)
             return row
@@ -170,6 +190,8 @@ class SqliteDurable(Lifecycled):
 
         def readmit(raw: sqlite3.Connection) -> Any:
             row = cp._readmit_in(raw, workflow)
+            if cp._gap is not None:
+                cp._gap("Durable.retry", workflow)
             sched._make_ready_in(raw, workflow)
             return row
 

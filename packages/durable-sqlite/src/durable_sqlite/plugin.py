@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from durable.clock import Clock
 from durable.codec import CheckpointCodec
-from durable.plugins import StorePlugin, Testbed, hookimpl
+from durable.plugins import Gap, StorePlugin, Testbed, hookimpl
 
 from durable_sqlite.checkpointer import SqliteEffect
 from durable_sqlite.connection import (
@@ -39,6 +39,7 @@ from durable_sqlite.connection import (
     Synchronous,
     check_path,
     connect,
+    group_commit,
 )
 from durable_sqlite.durable import SqliteDurable
 from durable_sqlite.probe import SqliteProbe
@@ -84,6 +85,7 @@ class Options:
     poll: timedelta = DEFAULT_POLL
     codec: CheckpointCodec[Any] | None = None
     clock: Clock | None = None
+    group_commit: bool = True
 
     def query(self) -> str:
         """The query string that reopens a store with these options (codec and clock are
@@ -93,13 +95,32 @@ class Options:
             "busy_timeout": _seconds(self.busy_timeout),
             "delivery_lease": _seconds(self.lease),
             "poll": _seconds(self.poll),
+            "group_commit": "1" if self.group_commit else "0",
         }
         return urlencode(pairs)
 
 
 _DURATIONS = {"busy_timeout": "busy_timeout", "delivery_lease": "lease", "poll": "poll"}
 """Each duration option, by the name a URL gives it, and the :class:`Options` field it sets."""
-_KNOWN = ("synchronous", "busy_timeout", "delivery_lease", "poll", "codec", "clock")
+_KNOWN = (
+    "synchronous",
+    "busy_timeout",
+    "delivery_lease",
+    "poll",
+    "group_commit",
+    "codec",
+    "clock",
+)
+
+
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "on", "yes"):
+        return True
+    if isinstance(value, str) and value.lower() in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"sqlite option {name} must be 1 or 0 (on or off), got {value!r}")
 
 
 def _seconds(duration: timedelta) -> str:
@@ -135,6 +156,8 @@ def _options(given: Mapping[str, object]) -> Options:
     for name, field_name in _DURATIONS.items():
         if name in given:
             chosen[field_name] = _duration(name, given[name])
+    if "group_commit" in given:
+        chosen["group_commit"] = _flag("group_commit", given["group_commit"])
     for name in ("codec", "clock"):
         if name in given:
             chosen[name] = given[name]
@@ -195,16 +218,20 @@ def url_for(path: Path, options: Options) -> str:
 
 
 @asynccontextmanager
-async def open_durable(path: Path, options: Options) -> AsyncIterator[SqliteDurable]:
+async def open_durable(
+    path: Path, options: Options, gap: Gap | None = None
+) -> AsyncIterator[SqliteDurable]:
     async with connect(
         path, synchronous=options.synchronous, busy_timeout=options.busy_timeout
     ) as connection:
+        group_commit(connection, options.group_commit)
         yield SqliteDurable.over(
             connection,
             codec=options.codec,
             clock=options.clock,
             lease=options.lease,
             poll=options.poll,
+            gap=gap,
         )
 
 
@@ -214,7 +241,8 @@ async def open_sqlite(url: str, **options: object) -> AsyncIterator[SqliteDurabl
 
     Options (in the query string, durations in seconds, or as keywords): ``synchronous``
     (``full``, the default, or ``normal``), ``busy_timeout`` (5), ``delivery_lease`` (30;
-    ``lease`` as a keyword), ``poll`` (0.025), and as keywords only ``codec`` and ``clock``.
+    ``lease`` as a keyword), ``poll`` (0.025), ``group_commit`` (1, the default: concurrent
+    writes share a commit; 0: a commit each), and as keywords only ``codec`` and ``clock``.
     A URL that names no usable file is :class:`MalformedURL`.
     """
     path, chosen = parse_url(url, **options)
@@ -225,13 +253,20 @@ async def open_sqlite(url: str, **options: object) -> AsyncIterator[SqliteDurabl
 
 
 @asynccontextmanager
-async def testing(url: str | None, **options: object) -> AsyncIterator[Testbed[SqliteEffect]]:
+async def testing(
+    url: str | None,
+    *,
+    gap: Gap | None = None,  # noqa: PT028 (a testing hook, not a test)
+    **options: object,
+) -> AsyncIterator[Testbed[SqliteEffect]]:
     """A fresh file of its own for one test, in a new temporary directory.
 
     With ``url``, its query string sets the options (``sqlite://?synchronous=normal``) and
     its path, if any, names an existing directory to make the temporary one in; keyword
     ``options`` are as for :func:`open_sqlite`. ``reopen`` opens a second connection on
-    the same file; ``url`` reaches it from another process.
+    the same file; ``url`` reaches it from another process. ``gap`` (a
+    :data:`durable.plugins.Gap`) is awaited by every move of every handle, ``reopen``'s
+    included, inside its transaction between its reads and its writes.
     """
     parent, chosen = parse_url(url or f"{SCHEME}://", **options)
     if parent is not None and not parent.is_dir():
@@ -242,12 +277,12 @@ async def testing(url: str | None, **options: object) -> AsyncIterator[Testbed[S
     directory = Path(tempfile.mkdtemp(prefix="durable-sqlite-", dir=parent))
     try:
         path = directory / "store.db"
-        async with open_durable(path, chosen) as durable:
+        async with open_durable(path, chosen, gap) as durable:
             await SqliteProbe.install(durable.connection)
 
             @asynccontextmanager
             async def reopen() -> AsyncIterator[SqliteDurable]:
-                async with open_durable(path, chosen) as second:
+                async with open_durable(path, chosen, gap) as second:
                     yield second
 
             yield Testbed(
@@ -277,7 +312,17 @@ def durable_store() -> StorePlugin:
         name="sqlite",
         schemes=(SCHEME,),
         open=open_sqlite,
-        capabilities=frozenset({"transact", "atomic-arrive", "enumerate", "lifecycle"}),
+        capabilities=frozenset(
+            {
+                "transact",
+                "atomic-arrive",
+                "enumerate",
+                "lifecycle",
+                "queues",
+                "limits",
+                "operations",
+            }
+        ),
         testing=testing,
         distribution="durable-sqlite",
         description="an SQLite file (embedded; one machine)",

@@ -31,6 +31,11 @@ CREATE TABLE IF NOT EXISTS durable_checkpoint (
     value TEXT NOT NULL,
     -- The store's clock at the winning write; a losing write never touches it.
     recorded_at INTEGER NOT NULL,
+    -- The kind of operation that wrote the record ('step', 'transact', 'sleep', ...), kept
+    -- by the winning write, or NULL: written by supply, append or a plain record, or before
+    -- the store kept operations (schema version 4; migrate_4.sql adds the column, last, so
+    -- every older row reads NULL and is refused to no operation).
+    operation TEXT,
     -- First-writer-wins is this constraint: an upsert that meets it keeps the row.
     UNIQUE (workflow, key)
 );
@@ -115,6 +120,49 @@ CREATE INDEX IF NOT EXISTS durable_workflow_kind ON durable_workflow (kind, stat
 CREATE INDEX IF NOT EXISTS durable_workflow_updated ON durable_workflow (updated_at, workflow);
 
 
+-- Per-queue limits (the limits capability, durable.interfaces.Limited). Version 3 added
+-- these four tables, and nothing else: a store that sets no limit and no priority keeps
+-- them empty, and its takes read them once (two EXISTS on empty tables) and go the way
+-- they went before.
+--
+-- A queue's limit, set by an operator (durable queue limit) and read by every take.
+-- NULL is "not limited on that side"; a queue with neither has no row.
+CREATE TABLE IF NOT EXISTS durable_limit (
+    queue TEXT PRIMARY KEY,
+    concurrent INTEGER,
+    rate INTEGER
+) WITHOUT ROWID;
+
+-- A slot of a queue's concurrency limit, held by one delivery (receipt) while its pass
+-- runs. live_until is pushed on by hold at each heartbeat; a slot past it is not counted,
+-- so a killed worker's slot comes back by itself, with no sweeper. Deleted when the
+-- delivery is answered or the workflow cancelled. One per workflow.
+CREATE TABLE IF NOT EXISTS durable_slot (
+    workflow TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    receipt TEXT NOT NULL,
+    live_until INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS durable_slot_queue ON durable_slot (queue, live_until);
+
+-- The hand-outs of rate-limited queues in the last second (older rows are pruned by the
+-- take that adds one).
+CREATE TABLE IF NOT EXISTS durable_handout (
+    queue TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS durable_handout_queue ON durable_handout (queue, at);
+
+-- A workflow's priority within its queue (higher first), kept across its passes; a
+-- workflow without a row has priority 0.
+CREATE TABLE IF NOT EXISTS durable_priority (
+    workflow TEXT PRIMARY KEY,
+    priority INTEGER NOT NULL
+) WITHOUT ROWID;
+
+
 -- What this file holds, for the code that opens it. schema_version says which shape of
 -- the tables above the file was created with, so that a later release can migrate it and
 -- an older one can refuse a file it does not understand.
@@ -123,7 +171,8 @@ CREATE TABLE IF NOT EXISTS durable_meta (
     value NOT NULL
 ) WITHOUT ROWID;
 
--- A fresh file is created at the current version; a file of version 1 is migrated by
--- migrate_2.sql in the same transaction (connection._create), which then sets 2.
-INSERT INTO durable_meta (name, value) VALUES ('schema_version', 2)
+-- A fresh file is created at the current version; a file of an older version is migrated
+-- in the same transaction (connection._create): version 1 by migrate_2.sql, then version 2
+-- by migrate_3.sql, then version 3 by migrate_4.sql, each setting its own number.
+INSERT INTO durable_meta (name, value) VALUES ('schema_version', 4)
 ON CONFLICT (name) DO NOTHING;

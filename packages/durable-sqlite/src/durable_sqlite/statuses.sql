@@ -110,6 +110,20 @@ WHERE workflow = :workflow AND status IN ('failed', 'cancelled');
 -- name: forget_life
 DELETE FROM durable_workflow WHERE workflow = :workflow;
 
+-- name: ended
+-- Whether a prune may discard the workflow (durable.interfaces.Prunable): its status and
+-- when it last moved, read inside the discard's own BEGIN IMMEDIATE transaction, so no
+-- retry can land between this read and the discard.
+SELECT status, updated_at FROM durable_workflow WHERE workflow = :workflow;
+
+-- name: backdate
+-- The times an import keeps (durable.interfaces.Dated): updated_at, and started_at unless
+-- :started is NULL; nothing else. Answers the row's workflow, or nothing for no row.
+UPDATE durable_workflow
+SET updated_at = :updated, started_at = coalesce(:started, started_at)
+WHERE workflow = :workflow
+RETURNING workflow;
+
 -- name: status
 -- The row, and the claim's token and liveness (read by the caller only when running).
 SELECT w.workflow, w.status, w.kind, w.attempts, w.updated_at, w.started_at, w.input, w.queue,
