@@ -148,3 +148,58 @@ def _seq_scans(plan: Any) -> str:
 
     walk(plan)
     return "".join(found)
+
+
+@pytest.mark.parametrize("query", ["list_status", "list_kind_status", "list_kind"])
+async def test_the_plan_cached_for_a_prepared_listing_reads_only_its_rows(
+    store: PostgresDurable, query: str
+) -> None:
+    """The store's statements are prepared, and Postgres may cache one plan for every value
+    of a prepared statement's parameters (a generic plan: it does so once such a plan looks
+    no dearer than the ones it made for the values seen, as on a small table). That plan
+    must still start from the filtered column's index, with nothing read and then filtered
+    away: a plan that walks every workflow newest first and filters by status is fine on
+    the small table it was cached on and reads a million rows once the table has grown."""
+    cp = store.checkpointer
+    schema = cp.schema
+    numbered = {"kind": "$1", "status": "$2", "at": "$3", "after": "$4", "limit": "$5"}
+    statement = getattr(status_statements(schema), query).decode()
+    for name, number in numbered.items():
+        statement = statement.replace(f"%({name})s", number)
+    async with store.pool.connection() as conn:
+        await conn.execute(
+            f"""INSERT INTO "{schema}".workflow_status (workflow, kind, status, updated_at)
+            SELECT 'w-' || n, CASE WHEN n % 10 = 0 THEN 'k' ELSE 'other' END,
+                   CASE WHEN n % 10000 = 0 THEN 'failed' ELSE 'finished' END,
+                   clock_timestamp() - n * interval '1 second'
+            FROM generate_series(1, 50000) AS n""".encode()
+        )
+        await conn.execute(f'ANALYZE "{schema}".workflow_status'.encode())
+        await conn.execute(b"SET plan_cache_mode = force_generic_plan")
+        await conn.execute(
+            f"PREPARE listing (text, text, timestamptz, text, int) AS {statement}".encode()
+        )
+        cursor = await conn.execute(
+            b"EXPLAIN (FORMAT JSON) EXECUTE listing ('k', 'failed', 'infinity', '', 11)"
+        )
+        row = await cursor.fetchone()
+        await conn.execute(b"DEALLOCATE listing")
+        await conn.execute(b"RESET plan_cache_mode")
+    assert row is not None
+    scans: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("Relation Name") == "workflow_status":
+                scans.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(row[0])
+    plan = json.dumps(row[0])
+    assert len(scans) == 1, plan
+    assert scans[0]["Node Type"] == "Index Scan", plan
+    assert "Filter" not in scans[0], plan

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import uuid
 from datetime import timedelta
 
 import durable
@@ -14,6 +16,7 @@ from durable.plugins import store
 from durable_postgres import PostgresDurable, PostgresEffect
 from durable_postgres import testing as postgres_testing
 from durable_postgres.plugin import PostgresOptions, redact
+from durable_postgres.testing import drop_schema
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,7 +35,15 @@ def test_the_plugin_is_found_by_name_and_both_schemes() -> None:
     assert plugin.schemes == ("postgresql", "postgres")
     assert durable.plugins.for_url("postgres://h/db") is plugin
     assert durable.plugins.for_url("postgresql://h/db") is plugin
-    assert plugin.capabilities == {"transact", "atomic-arrive", "enumerate", "lifecycle"}
+    assert plugin.capabilities == {
+        "transact",
+        "atomic-arrive",
+        "enumerate",
+        "lifecycle",
+        "queues",
+        "limits",
+        "operations",
+    }
     assert plugin.distribution == "durable-postgres"
     assert plugin.version is not None
 
@@ -83,8 +94,7 @@ async def test_durable_open_gives_a_ready_atomic_store_in_the_schema_named(
             await opened.arrive("wf", "k", 1)
             assert await opened.checkpointer.load("wf") == {"k": 1}
     finally:
-        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+        await asyncio.to_thread(drop_schema, conninfo, schema)
 
 
 async def test_each_testbed_has_its_own_schema_dropped_afterwards(server: str) -> None:
@@ -133,3 +143,41 @@ async def test_the_testing_hook_passes_options_through(server: str) -> None:
     assert hook is not None
     async with hook(server, lease=3) as bed:
         assert bed.durable.scheduler.lease == timedelta(seconds=3)
+
+
+def test_dropping_a_test_schema_ends_a_transaction_left_open_on_it(server: str) -> None:
+    """A connection left inside a transaction on the schema's table would block the drop
+    for ever; ``drop_schema`` waits briefly, ends that backend and drops the schema."""
+    conninfo, _ = PostgresOptions.read(server, {})
+    schema = f"durable_drop_{uuid.uuid4().hex[:12]}"
+    holder = psycopg.connect(conninfo)
+    try:
+        holder.execute(f'CREATE SCHEMA "{schema}"')
+        holder.execute(f'CREATE TABLE "{schema}".t (x int)')
+        holder.commit()
+        holder.execute(f'INSERT INTO "{schema}".t VALUES (1)')  # the transaction stays open
+        drop_schema(conninfo, schema, wait="200ms")
+        with psycopg.connect(conninfo, autocommit=True) as check:
+            found = check.execute(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+            ).fetchone()
+        assert found == (0,)
+        with pytest.raises(psycopg.OperationalError):  # its backend was ended
+            holder.execute("SELECT 1")
+    finally:
+        holder.close()
+
+
+def test_a_multi_host_url_reaches_libpq_whole_for_failover() -> None:
+    # Each host in turn, and only one that takes writes: after a failover the pool's new
+    # connections find the promoted standby (test_failover.py does it for real).
+    conninfo, options = PostgresOptions.read(
+        "postgresql://app@db-a:5432,db-b:5433/orders?target_session_attrs=read-write"
+        "&schema=orders_durable&connect_timeout=2",
+        {},
+    )
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    assert (given["host"], given["port"]) == ("db-a,db-b", "5432,5433")
+    assert given["target_session_attrs"] == "read-write"
+    assert "schema" not in given
+    assert options.schema == "orders_durable"

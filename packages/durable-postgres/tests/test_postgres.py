@@ -22,7 +22,9 @@ from durable_postgres import (
     PostgresEffect,
     migrate,
 )
+from durable_postgres.migration import SCHEMA_VERSION
 from durable_postgres.plugin import PostgresOptions, connect_pool, open_postgres
+from durable_postgres.testing import drop_schema
 from psycopg import AsyncCursor, pq
 
 if TYPE_CHECKING:
@@ -259,15 +261,15 @@ async def test_migrate_raced_by_eight_processes_creates_the_schema_once(server: 
             cursor = await conn.execute(
                 "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
             )
-            assert await cursor.fetchone() == (5,)
+            assert await cursor.fetchone() == (9,)  # five tables and four for limits (3)
             cursor = await conn.execute(
                 f'SELECT version FROM "{schema}".workflow_schema_version'.encode()
             )
-            assert await cursor.fetchall() == [(2,)]
+            assert await cursor.fetchall() == [(4,)]
+            assert SCHEMA_VERSION == 4
     finally:
         conninfo, _ = PostgresOptions.read(server, {})
-        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+        await asyncio.to_thread(drop_schema, conninfo, schema)
 
 
 async def test_migrate_twice_changes_nothing(bed: Testbed[PostgresEffect]) -> None:

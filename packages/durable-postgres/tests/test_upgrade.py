@@ -27,10 +27,12 @@ from durable_postgres import PostgresDurable
 from durable_postgres.migration import SCHEMA_VERSION, migrate
 from durable_postgres.plugin import PostgresOptions, open_postgres, with_option
 from durable_postgres.statements import _placeholders
+from durable_postgres.testing import drop_schema
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 FIXTURES = Path(__file__).with_name("fixtures")
+LONG = timedelta(minutes=5)
 WORKFLOWS = ("v1-blocked", "v1-done", "v1-queued", "v1-sleeping")
 
 
@@ -96,10 +98,7 @@ async def v1_url(server: str) -> AsyncIterator[str]:
     try:
         yield with_option(server, "schema", schema)
     finally:
-        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-            await conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-            )
+        await asyncio.to_thread(drop_schema, conninfo, schema)
 
 
 async def _versions(durable: PostgresDurable) -> list[int]:
@@ -178,3 +177,77 @@ async def _until_settled(durable: PostgresDurable, workflow: str) -> Any:
             return current
         await asyncio.sleep(0.02)
     raise AssertionError(f"{workflow} did not settle: {current}")
+
+
+# -- version 2 to 4: limits (3), then each record keeps the operation that wrote it (4) -------
+#
+# ``fixtures/schema_v2.sql`` is version 2's ``schema.sql`` exactly as main a321884 shipped it
+# (the last release before limits and operations). Each test creates it in a schema of its
+# own, marks it version 2 as that release's migrate did, and writes records as that
+# release's record and supply statements did (workflow, key, value; the time and the order
+# by default).
+
+V2_RECORDS = (
+    ("v2-sleeping", "greet", '"hello v2-sleeping"'),
+    ("v2-sleeping", "nap", '"2126-01-01T00:00:00+00:00"'),
+    ("v2-blocked", "greet", '"hello v2-blocked"'),
+)
+
+
+@pytest.fixture
+async def v2_url(server: str) -> AsyncIterator[str]:
+    schema = f"durable_v2_{secrets.token_hex(5)}"
+    conninfo, _ = PostgresOptions.read(server, {})
+    async with (
+        await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn,
+        conn.transaction(),
+    ):
+        ddl = (FIXTURES / "schema_v2.sql").read_text(encoding="utf-8")
+        await conn.execute(sql.SQL(ddl).format(**_placeholders(schema)))
+        await conn.execute(
+            sql.SQL("INSERT INTO {}.workflow_schema_version (version) VALUES (2)").format(
+                sql.Identifier(schema)
+            )
+        )
+        for row in V2_RECORDS:
+            await conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.workflow_checkpoint (workflow, key, value) VALUES ({})"
+                ).format(sql.Identifier(schema), sql.SQL(", ").join(sql.Placeholder() * 3)),
+                row,
+            )
+    try:
+        yield with_option(server, "schema", schema)
+    finally:
+        await asyncio.to_thread(drop_schema, conninfo, schema)
+
+
+async def test_a_version_2_schema_gains_operations_and_its_records_read_as_before(
+    v2_url: str,
+) -> None:
+    """Opening adds the limit tables and the column and marks version 4; every old record
+    reads as it did, with no operation, and is refused to no operation; a record written now
+    keeps its own."""
+    assert SCHEMA_VERSION == 4
+    async with open_postgres(v2_url) as durable:
+        assert await _versions(durable) == [2, 4]
+        async with durable.pool.connection() as conn:
+            for table in ("queue_limit", "queue_slot", "queue_handout", "workflow_priority"):
+                cursor = await conn.execute(
+                    sql.SQL("SELECT count(*) FROM {}.{}").format(
+                        sql.Identifier(durable.checkpointer.schema), sql.Identifier(table)
+                    )
+                )
+                assert await cursor.fetchone() == (0,), table
+        cp = durable.checkpointer
+        assert await cp.load("v2-blocked") == {"greet": "hello v2-blocked"}
+        old = await cp.history("v2-sleeping")
+        assert [(e.key, e.operation) for e in old] == [("greet", None), ("nap", None)]
+        holder = await cp.claim("v2-sleeping", liveness=timedelta(minutes=1), budget=LONG)
+        assert holder is not None
+        kept = await cp.record_as(holder, "greet", "other", "awaiting")
+        assert (kept.value, kept.first) == ("hello v2-sleeping", False)
+        await cp.record_as(holder, "later", 1, "step")
+        assert (await cp.history("v2-sleeping"))[-1].operation == "step"
+        await cp.release(holder)
+        assert await migrate(durable.pool, schema=cp.schema) is False

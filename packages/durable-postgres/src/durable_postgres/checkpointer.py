@@ -17,9 +17,12 @@ from typing import Any
 import psycopg
 from durable.boundary import (
     check_duration,
+    check_ended,
     check_key,
     check_kind,
     check_message_id,
+    check_moment,
+    check_operation,
     check_settlement,
     check_workflow,
 )
@@ -31,6 +34,7 @@ from durable.interfaces import (
     Entry,
     Failure,
     Fenced,
+    KeyReused,
     NotRetryable,
     Page,
     Pass,
@@ -42,6 +46,7 @@ from durable.interfaces import (
     UnknownWorkflow,
     WorkflowStatus,
 )
+from durable.plugins import Gap
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
@@ -82,7 +87,11 @@ class PostgresCheckpointer:
     touch the application's tables. ``schema`` names where the durable tables live, so one
     database can hold several deployments. ``codec`` must encode to ``str``, which is stored
     exactly as encoded. ``prepare=False`` turns off prepared statements, for a pooler that
-    cannot keep them (PgBouncer older than 1.21 in transaction mode).
+    cannot keep them (PgBouncer older than 1.21 in transaction mode). ``gap`` is for tests
+    only (a :data:`durable.plugins.Gap`, from the testing hook): each move then awaits it
+    inside its transaction, after the lock its statement takes first and before its writes.
+    ``group_commit`` (on by default) sends the records and renewals that arrive while one is
+    on its way together, in one transaction and one commit (see ``Connections.grouped``).
     """
 
     def __init__(
@@ -92,13 +101,16 @@ class PostgresCheckpointer:
         schema: str = DEFAULT_SCHEMA,
         codec: CheckpointCodec[str] | None = None,
         prepare: bool = True,
+        gap: Gap | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
         self.pool = pool
         self.codec: CheckpointCodec[str] = codec if codec is not None else JsonCodec()
         self._sql = statements(schema)
         self._life = status_statements(schema)
-        self._db = Connections(pool, schema, prepare=prepare)
+        self._gap = gap
+        self._db = Connections(pool, schema, prepare=prepare, gap=gap, group_commit=group_commit)
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointer(schema={self.schema!r}, codec={self.codec!r})"
@@ -138,12 +150,10 @@ class PostgresCheckpointer:
 
     async def history(self, workflow: str) -> list[Entry]:
         check_workflow(workflow)
-        rows = await self._db.rows(
-            f"history of {workflow!r}", self._sql.history, {"workflow": workflow}
-        )
+        rows = await self._db.history(workflow)
         return [
-            Entry(key, self._decode(workflow, key, value), at.astimezone(UTC))
-            for key, value, at in rows
+            Entry(key, self._decode(workflow, key, value), at.astimezone(UTC), operation)
+            for key, value, at, operation in rows
         ]
 
     async def workflows(self, limit: int | None = None) -> list[str]:
@@ -173,25 +183,36 @@ class PostgresCheckpointer:
         # Repeatable: a claim whose answer was lost either took the workflow (and the retry
         # finds it held, so the claim lapses with its liveness) or did not (and the retry
         # takes it). Never two live passes.
-        row = await self._db.one(
+        # Grouped: passes that start together claim in one commit.
+        row = await self._db.grouped(
             f"claim of {workflow!r}",
             self._sql.claim,
             {"workflow": workflow, "liveness": liveness, "budget": budget},
-            repeatable=True,
+            move="Checkpointer.claim",
+            lock="lock_claim",
         )
         return Pass(workflow, row[0]) if row is not None else None
 
     async def renew(self, holder: Pass) -> Pass:
-        row = await self._db.one(
-            f"renewal of {holder}", self._sql.renew, _holding(holder), repeatable=True
+        row = await self._db.grouped(
+            f"renewal of {holder}",
+            self._sql.renew,
+            _holding(holder),
+            move="Checkpointer.renew",
+            lock="lock_claim",
         )
         if row is None:
             raise await self._refusal(holder, "renew")
         return holder
 
     async def release(self, holder: Pass) -> None:
-        await self._db.one(
-            f"release of {holder}", self._sql.release, _holding(holder), repeatable=True
+        # Grouped: passes that end together let go in one commit, after their last records.
+        await self._db.grouped(
+            f"release of {holder}",
+            self._sql.release,
+            _holding(holder),
+            move="Checkpointer.release",
+            lock="lock_claim",
         )
 
     async def _refusal(self, holder: Pass, doing: str) -> Fenced:
@@ -208,20 +229,42 @@ class PostgresCheckpointer:
     # -- writes ------------------------------------------------------------------
 
     async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        return await self._record(holder, key, value, None)
+
+    async def record_as(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
+        """``record``, keeping ``operation`` in the row's ``operation`` column. The statement
+        that finds the key taken hands back the operation there with the value, so the
+        refusal (``KeyReused``) is decided by the same write that decided the winner."""
+        check_operation(holder.workflow, key, operation)
+        return await self._record(holder, key, value, operation)
+
+    async def _record(
+        self, holder: Pass, key: str, value: object, operation: str | None
+    ) -> Recorded:
         workflow = holder.workflow
         check_key(workflow, key)
         encoded = self._encode(workflow, key, value)
         # Repeatable: first-writer-wins, so a retry of a write that did land finds its own
         # encoding stored and answers first=True, as the lost answer would have.
-        row = await self._db.one(
+        row = await self._db.grouped(
             f"record of {key!r} on {workflow!r}",
             self._sql.record,
-            {"workflow": workflow, "token": holder.token, "key": key, "value": encoded},
-            repeatable=True,
+            {
+                "workflow": workflow,
+                "token": holder.token,
+                "key": key,
+                "value": encoded,
+                "operation": operation,
+            },
             subject=Subject(workflow, key, value, encoded),
+            move="Checkpointer.record",
+            lock="share_claim",
         )
         if row is None:
             raise await self._refusal(holder, f"record of {key!r}")
+        kept = row[1]
+        if operation is not None and kept is not None and kept != operation:
+            raise KeyReused(workflow, key, kept, operation)
         return self._recorded(workflow, key, row[0], encoded)
 
     async def transact(self, holder: Pass, key: str, effect: PostgresEffect) -> Recorded:
@@ -267,11 +310,15 @@ class PostgresCheckpointer:
                 return refused.recorded
 
         async def attempt(conn: AsyncConnection[TupleRow]) -> Recorded:
-            token, stored = await fetch(conn, self._sql.transact_check, guard)
+            token, stored, kept = await fetch(conn, self._sql.transact_check, guard)
             if token != holder.token:
                 raise await refusal(conn)
+            if kept is not None and kept != "transact":
+                raise KeyReused(workflow, key, kept, "transact")
             if stored is not None:
                 return Recorded(self._decode(workflow, key, stored), False)
+            if self._gap is not None:
+                await self._gap("Checkpointer.transact", workflow)
             result = await _perform(effect, conn, workflow, key)
             encoded = self._encode(workflow, key, result)
             try:
@@ -282,7 +329,7 @@ class PostgresCheckpointer:
                 # Fenced, or supplied from outside while the effect ran: either way the
                 # effect's result is not the record, so nothing of this transaction may
                 # commit. Read which it was first, in this same transaction.
-                token, stored = await fetch(conn, self._sql.transact_check, guard)
+                token, stored, _ = await fetch(conn, self._sql.transact_check, guard)
                 if token != holder.token:
                     raise await refusal(conn)
                 raise _NotTheRecord(Recorded(self._decode(workflow, key, stored), False))
@@ -300,6 +347,7 @@ class PostgresCheckpointer:
             {"workflow": workflow, "key": key, "value": encoded},
             repeatable=True,
             subject=Subject(workflow, key, value, encoded),
+            move="Checkpointer.supply",
         )
         assert row is not None
         return self._decode(workflow, key, row[0])
@@ -311,7 +359,7 @@ class PostgresCheckpointer:
         params = {"workflow": workflow, "value": encoded, "message_id": message_id}
         subject = Subject(workflow, _INBOX, value, encoded)
         if message_id is not None:
-            return await self._append_once(workflow, params, [], subject)
+            return await self._append_once(workflow, params, [], subject, "Checkpointer.append")
         # Not repeatable: a retry of an append that did land would add a second entry.
         row = await self._db.one(
             f"append to {workflow!r}",
@@ -319,6 +367,7 @@ class PostgresCheckpointer:
             params,
             repeatable=False,
             subject=subject,
+            move="Checkpointer.append",
         )
         assert row is not None
         key: str = row[0]
@@ -330,6 +379,7 @@ class PostgresCheckpointer:
         params: Params,
         after: Sequence[tuple[bytes, Params]],
         subject: Subject,
+        move: str,
     ) -> str:
         """An append with a message id, and the statements of ``after`` (a ``make_ready``),
         as one transaction: ``append_once`` then ``sent`` for the key, whoever wrote it.
@@ -340,8 +390,9 @@ class PostgresCheckpointer:
         transaction is then run again, and appends afresh to the discarded workflow, as an
         append arriving just after that discard would have.
         """
+        once = self._sql.append_once if "at" not in params else self._sql.append_once_at
         steps: list[tuple[bytes, Params]] = [
-            (self._sql.append_once, params),
+            (once, params),
             (self._sql.sent, params),
             *after,
         ]
@@ -351,22 +402,117 @@ class PostgresCheckpointer:
                 steps,
                 repeatable=True,
                 subject=subject,
+                move=move,
+                # Checkpointer.append's gap comes first; Durable.send's between the halves.
+                split=0 if not after else 2,
             )
             if rows[1] is not None:
                 key: str = rows[1][0]
                 return key
 
+    # -- writes with a given time (durable.interfaces.Dated, for durable import) -------
+
+    async def supply_at(self, workflow: str, key: str, value: object, at: datetime) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        check_moment("at", at, workflow=workflow)
+        encoded = self._encode(workflow, key, value)
+        row = await self._db.one(
+            f"supply of {key!r} on {workflow!r} at {at.isoformat()}",
+            self._sql.supply_at,
+            {"workflow": workflow, "key": key, "value": encoded, "at": at},
+            repeatable=True,
+            subject=Subject(workflow, key, value, encoded),
+        )
+        assert row is not None
+        return self._decode(workflow, key, row[0])
+
+    async def append_at(
+        self, workflow: str, value: object, at: datetime, *, message_id: str | None = None
+    ) -> str:
+        check_workflow(workflow)
+        check_message_id(workflow, message_id)
+        check_moment("at", at, workflow=workflow)
+        encoded = self._encode(workflow, _INBOX, value)
+        params = {"workflow": workflow, "value": encoded, "message_id": message_id, "at": at}
+        subject = Subject(workflow, _INBOX, value, encoded)
+        if message_id is not None:
+            return await self._append_once(workflow, params, [], subject, "Checkpointer.append")
+        row = await self._db.one(
+            f"append to {workflow!r} at {at.isoformat()}",
+            self._sql.append_at,
+            params,
+            repeatable=False,
+            subject=subject,
+        )
+        assert row is not None
+        key: str = row[0]
+        return key
+
+    async def backdate(
+        self, workflow: str, *, started_at: datetime | None, updated_at: datetime
+    ) -> None:
+        check_workflow(workflow)
+        check_moment("updated_at", updated_at, workflow=workflow)
+        if started_at is not None:
+            check_moment("started_at", started_at, workflow=workflow)
+        row = await self._db.one(
+            f"backdate of {workflow!r}",
+            self._life.backdate,
+            {"workflow": workflow, "updated": updated_at, "started": started_at},
+            repeatable=True,
+        )
+        if row is None:
+            raise UnknownWorkflow(f"no workflow {workflow!r} has a status: nothing to backdate")
+
     async def discard(self, workflow: str) -> None:
         check_workflow(workflow)
         await self._db.transaction(
-            f"discard of {workflow!r}", self._discarding(workflow), repeatable=True
+            f"discard of {workflow!r}",
+            self._discarding(workflow),
+            repeatable=True,
+            move="Checkpointer.discard",
+            lock="lock_claim",
         )
 
+    async def discard_ended(
+        self, workflow: str, *, statuses: frozenset[Status], before: datetime
+    ) -> bool:
+        """One transaction: the fence, then the status row locked only if it has ended (see
+        ``ended`` in statuses.sql), then the rest of a discard; rolled back, fence and all,
+        when the row has not ended."""
+        check_workflow(workflow)
+        check_ended(workflow, statuses, before)
+        params: dict[str, object] = {
+            "workflow": workflow,
+            "statuses": sorted(s.value for s in statuses),
+            "before": before,
+        }
+        prepare = self._db.prepare
+        first, *rest = self._discarding(workflow)
+
+        async def work(conn: AsyncConnection[TupleRow]) -> bool:
+            try:
+                async with conn.transaction():
+                    await conn.execute(first[0], first[1], prepare=prepare)
+                    cursor = await conn.execute(self._life.ended, params, prepare=prepare)
+                    if await cursor.fetchone() is None:
+                        raise _NotEnded
+                    for query, values in rest:
+                        await conn.execute(query, values, prepare=prepare)
+            except _NotEnded:
+                return False
+            return True
+
+        return await self._db.run(f"prune of {workflow!r}", work, repeatable=True)
+
     def _discarding(self, workflow: str) -> list[tuple[bytes, dict[str, object]]]:
-        """The statements of a discard, in order: the fence first (see ``raise_fence``)."""
+        """The statements of a discard, in order: the fence first (see ``raise_fence``), then
+        the write lock (``order_writes``), then the delete."""
         params: dict[str, object] = {"workflow": workflow}
         return [
             (self._sql.raise_fence, params),
+            (self._sql.order_writes, params),
             (self._sql.forget, params),
             (self._life.forget_status, params),
         ]
@@ -417,7 +563,7 @@ class PostgresCheckpointer:
         sees a concurrent winner's row after the insert waited for it. Repeatable: a start
         whose answer was lost finds its own row and is a repeat."""
         params, subject = self._admitting(workflow, kind, input, queue)
-        return await self._admit(params, subject, input, ())
+        return await self._admit(params, subject, input, (), "Lifecycle.admit")
 
     async def _admit(
         self,
@@ -425,6 +571,7 @@ class PostgresCheckpointer:
         subject: Subject,
         input: object,
         after: Sequence[tuple[bytes, dict[str, object]]],
+        move: str,
     ) -> Admitted:
         workflow = params["workflow"]
         while True:
@@ -433,6 +580,9 @@ class PostgresCheckpointer:
                 [(self._life.admit_write, params), (self._life.status, params), *after],
                 repeatable=True,
                 subject=subject,
+                move=move,
+                lock=None if after else "lock_status",
+                split=2 if after else 0,
             )
             try:
                 return self._admitted(params, rows[0], rows[1], input)
@@ -459,6 +609,8 @@ class PostgresCheckpointer:
             self._life.begin,
             {"workflow": workflow, "liveness": liveness, "budget": budget, "owner": owner},
             repeatable=False,
+            move="Lifecycle.begin",
+            lock="lock_claim",
         )
         assert row is not None
         token, before, last_owner, kind, stored_input, attempts, new_kind, new_input, count = row
@@ -496,6 +648,8 @@ class PostgresCheckpointer:
             self._life.beat,
             {**_holding(holder), "step": step},
             repeatable=True,
+            move="Lifecycle.beat",
+            lock="lock_claim",
         )
         if row is None:
             raise await self._refusal(holder, "renew")
@@ -542,6 +696,8 @@ class PostgresCheckpointer:
             params,
             repeatable=False,
             subject=subject,
+            move="Lifecycle.settle",
+            lock="lock_claim",
         )
         if row is None:
             raise await self._refusal(holder, f"settle as {settlement.status}")
@@ -549,10 +705,10 @@ class PostgresCheckpointer:
     async def withdraw(self, workflow: str) -> WorkflowStatus:
         """Cancel, one transaction: the fence raised, then the status (``withdraw_*``)."""
         check_workflow(workflow)
-        return await self._withdraw(workflow, ())
+        return await self._withdraw(workflow, (), "Lifecycle.withdraw")
 
     async def _withdraw(
-        self, workflow: str, after: Sequence[tuple[bytes, dict[str, object]]]
+        self, workflow: str, after: Sequence[tuple[bytes, dict[str, object]]], move: str
     ) -> WorkflowStatus:
         params: dict[str, object] = {"workflow": workflow}
         rows = await self._db.transaction(
@@ -564,6 +720,9 @@ class PostgresCheckpointer:
                 (self._life.status, params),
             ],
             repeatable=True,
+            move=move,
+            lock=None if after else "lock_claim",
+            split=2 if after else 0,
         )
         read = rows[-1]
         if read is None:
@@ -576,14 +735,16 @@ class PostgresCheckpointer:
     async def readmit(self, workflow: str) -> WorkflowStatus:
         """Retry, one transaction: the conditional update, then the read."""
         check_workflow(workflow)
-        return await self._readmit(workflow, self._life.readmit)
+        return await self._readmit(workflow, self._life.readmit, "Lifecycle.readmit")
 
-    async def _readmit(self, workflow: str, statement: bytes) -> WorkflowStatus:
+    async def _readmit(self, workflow: str, statement: bytes, move: str) -> WorkflowStatus:
         params: dict[str, object] = {"workflow": workflow}
         wrote, read = await self._db.transaction(
             f"retry of {workflow!r}",
             [(statement, params), (self._life.status, params)],
             repeatable=False,
+            move=move,
+            lock="lock_status",
         )
         if read is None:
             held = await self._db.one(
@@ -796,3 +957,7 @@ def _fenced(holder: Pass, doing: str, row: tuple[Any, ...] | None) -> Fenced:
     if spent:
         return Fenced(f"{holder} has spent its budget; {doing} refused, stop this pass")
     return Fenced(f"{holder} was refused; {doing} refused, stop this pass")
+
+
+class _NotEnded(Exception):
+    """Rolls a ``discard_ended`` back: the workflow has not ended (or is gone)."""

@@ -21,12 +21,16 @@ that happens when a server restarts.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
+from durable.plugins import Gap
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
@@ -41,6 +45,7 @@ from durable_postgres.errors import (
     UnstorableValue,
     text_fault,
 )
+from durable_postgres.statements import render_sections, statements
 
 __all__ = ["Connections", "EffectFailed", "Params", "Subject"]
 
@@ -89,16 +94,67 @@ class EffectFailed(Exception):
 
 
 class Connections:
-    """Borrowing from one pool for one schema, with errors translated into the store's own."""
+    """Borrowing from one pool for one schema, with errors translated into the store's own.
 
-    __slots__ = ("pool", "prepare", "schema")
+    ``gap`` is for tests only (a :data:`durable.plugins.Gap`, from the testing hook): an
+    operation naming its ``move`` then runs as an explicit transaction that takes the
+    ``lock`` named (a statement of ``testing.sql``: the row the move's own statement locks
+    first), awaits ``gap(move, workflow)``, and sends its statements, the gap falling before
+    the statement at index ``split``. Without a gap, ``move``, ``lock`` and ``split`` are
+    ignored and nothing else is sent.
+    """
+
+    __slots__ = (
+        "batches",
+        "busy",
+        "crowd",
+        "flushing",
+        "gap",
+        "group_commit",
+        "history_query",
+        "locks",
+        "pending",
+        "pool",
+        "prepare",
+        "readers",
+        "reading",
+        "schema",
+        "single",
+    )
 
     def __init__(
-        self, pool: AsyncConnectionPool[Any], schema: str, *, prepare: bool = True
+        self,
+        pool: AsyncConnectionPool[Any],
+        schema: str,
+        *,
+        prepare: bool = True,
+        gap: Gap | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.pool = pool
         self.schema = schema
         self.prepare = prepare
+        self.gap = gap
+        self.group_commit = group_commit
+        self.busy = False
+        self.pending: list[_Write] = []
+        self.flushing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak refs
+        self.crowd = False  # whether the last commit answered more than one caller
+        self.reading = False  # whether a history read of this store is on its way
+        self.readers: list[tuple[str, asyncio.Future[list[Row]]]] = []
+        self.locks: Mapping[str, bytes] = {}
+        # The single-row statements a batch may carry, and their multi-row forms.
+        single = statements(schema)
+        self.history_query = single.history
+        self.single = {
+            single.record: "record",
+            single.renew: "renew",
+            single.release: "release",
+            single.claim: "claim",
+        }
+        self.batches = render_sections("batches.sql", schema)
+        if gap is not None:
+            self.locks = render_sections("testing.sql", schema)
 
     @staticmethod
     async def _adjusted(
@@ -201,14 +257,367 @@ class Connections:
         *,
         repeatable: bool,
         subject: Subject | None = None,
+        move: str | None = None,
+        lock: str | None = None,
     ) -> Row | None:
         """The first row of one statement (``None`` if it returned none)."""
+        if self.gap is not None and move is not None:
+            rows = await self.gapped(
+                doing, [(query, params)], move, lock, 0, repeatable=repeatable, subject=subject
+            )
+            return rows[0]
+        return await self._one(doing, query, params, repeatable=repeatable, subject=subject)
 
+    async def _one(
+        self,
+        doing: str,
+        query: bytes,
+        params: Params,
+        *,
+        repeatable: bool,
+        subject: Subject | None = None,
+    ) -> Row | None:
         async def work(conn: AsyncConnection[TupleRow]) -> Row | None:
             cursor = await conn.execute(query, params, prepare=self.prepare)
             return await cursor.fetchone() if cursor.description is not None else None
 
         return await self.run(doing, work, repeatable=repeatable, subject=subject)
+
+    async def grouped(
+        self,
+        doing: str,
+        query: bytes,
+        params: Params,
+        *,
+        subject: Subject | None = None,
+        move: str,
+        lock: str,
+    ) -> Row | None:
+        """The first row of one fenced, repeatable write, sent with the others of this
+        store that arrive while one is on its way: group commit.
+
+        A write that arrives when none of this store's is on its way goes at once, alone,
+        by :meth:`one`: a lone write never waits for company. Writes that arrive meanwhile
+        wait for it and then go together, on one connection: ``BEGIN``, one multi-row
+        statement per kind (``batches.sql``), ``COMMIT``, one round trip and one commit. Each
+        row decides its own verdict as its single-row statement would alone: the fence and
+        first-writer-wins are applied row by row, so a stale write's row returns nothing (its
+        caller raises ``Fenced``) and writes nothing, while the others' land. A caller is
+        answered only once the ``COMMIT`` has returned. If the multi-row batch errors, it is
+        sent again as a pipeline of the single-row statements.
+        The statements are sent in the order of their workflows, so that two batches (of two
+        processes) take the workflows' locks in one order and cannot deadlock each other.
+
+        A statement that fails (a value the server refuses, a deadlock with another
+        transaction, a lost connection) makes the server skip the rest, ``COMMIT``
+        included, so nothing of the batch is written; every write in it is then sent again
+        alone, where it meets its own fate. That is safe because only writes whose
+        repetition is harmless come here (first-writer-wins records, renewals, releases,
+        and fenced claims).
+        """
+        if self.gap is not None or not self.group_commit:
+            return await self.one(
+                doing, query, params, repeatable=True, subject=subject, move=move, lock=lock
+            )
+        write = _Write(doing, query, params, subject)
+        if self.busy:
+            self.pending.append(write)
+            return await write.future
+        # Nothing on its way. If the last commit answered several callers, one turn of
+        # the event loop first, so that the writes of the passes it woke join this one
+        # rather than wait a whole round trip behind it; then it goes at once, alone if
+        # none did. After a lone write there is no crowd, and a lone writer pays nothing.
+        self.busy = True
+        if self.crowd:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                self._next()
+                raise
+        if self.pending:
+            self.pending.insert(0, write)
+            self._next()
+            return await write.future
+        try:
+            return await self._one(doing, query, params, repeatable=True, subject=subject)
+        finally:
+            self.crowd = bool(self.pending)
+            self._next()
+
+    def _next(self) -> None:
+        if self.pending:
+            batch, self.pending = self.pending, []
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self.flushing.add(task)
+            task.add_done_callback(self.flushing.discard)
+        else:
+            self.busy = False
+
+    async def _flush(self, batch: list[_Write]) -> None:
+        self.crowd = len(batch) > 1
+        try:
+            if len(batch) == 1:
+                await batch[0].alone(self)
+                return
+            ordered = sorted(batch, key=_Write.order)
+            try:
+                verdicts = await self._multirow(ordered)
+            except Exception as error:
+                log.debug(
+                    "a multi-row group commit of %d writes failed (%s); sending them as a "
+                    "pipeline of single-row statements",
+                    len(batch),
+                    error,
+                )
+            else:
+                again = []
+                for write, verdict in zip(ordered, verdicts, strict=True):
+                    if isinstance(verdict, _AskAgain):
+                        again.append(write)
+                    elif not write.future.done():
+                        write.future.set_result(verdict)
+                if again:
+                    await asyncio.gather(*(write.alone(self) for write in again))
+                return
+            try:
+                rows = await self.transaction(
+                    f"group commit of {len(ordered)} writes",
+                    [(write.query, write.params) for write in ordered],
+                    repeatable=False,
+                )
+            except Exception as error:
+                log.debug(
+                    "a group commit of %d writes failed (%s); each goes alone", len(batch), error
+                )
+                await asyncio.gather(*(write.alone(self) for write in ordered))
+                return
+            for write, row in zip(ordered, rows, strict=True):
+                if not write.future.done():
+                    write.future.set_result(row)
+        except BaseException as error:
+            for write in batch:
+                if not write.future.done():
+                    if isinstance(error, asyncio.CancelledError):
+                        write.future.cancel()
+                    else:
+                        write.future.set_exception(error)
+            if isinstance(error, KeyboardInterrupt | SystemExit):
+                raise
+        finally:
+            if len(batch) > 1:
+                # Several callers were just answered. The next batch goes after one turn of
+                # the event loop, so that the writes of the passes this one woke join the
+                # writes that waited, rather than queue a whole round trip behind them: the
+                # passes then step together instead of settling into halves taking turns.
+                asyncio.get_running_loop().call_soon(self._next)
+            else:
+                self._next()
+
+    async def _multirow(self, ordered: Sequence[_Write]) -> list[Row | _AskAgain | None]:
+        """Send ``ordered`` (records, renewals, releases, claims) as one multi-row statement
+        per kind, in one transaction and one round trip (a batch of one kind is that one
+        statement in autocommit; of several, a pipeline ``BEGIN``, the statements in the
+        order renewals, records, releases, claims, ``COMMIT``), and return each write's own
+        verdict: the row its single-row statement would have returned, ``None`` where it
+        was fenced (or, for a claim, found the workflow held), or :data:`_ASK_AGAIN` for a
+        record that lost its key to a write that committed while the statement ran (see
+        ``batches.sql``), to be asked again alone.
+
+        Raises on anything else the batch cannot decide (a kind it does not carry, an error
+        from the server), and then nothing of it was written: the caller falls back.
+        """
+        records: list[int] = []
+        renewals: list[int] = []
+        releases: list[int] = []
+        claims: list[int] = []
+        for index, write in enumerate(ordered):
+            kind = self.single.get(write.query)
+            if kind == "record":
+                records.append(index)
+            elif kind == "renew":
+                renewals.append(index)
+            elif kind == "release":
+                releases.append(index)
+            elif kind == "claim":
+                claims.append(index)
+            else:
+                raise ValueError("a write that has no multi-row form")
+        steps: list[tuple[bytes, Params]] = []
+        if renewals:
+            steps.append(
+                (
+                    self.batches["renew_batch"],
+                    {
+                        "workflow": [ordered[i].params["workflow"] for i in renewals],
+                        "token": [ordered[i].params["token"] for i in renewals],
+                    },
+                )
+            )
+        if records:
+            rows = []
+            for i in records:
+                params = ordered[i].params
+                rows.append(
+                    (
+                        i,
+                        params["workflow"],
+                        params["token"],
+                        params["key"],
+                        params["value"],
+                        params["operation"],
+                    )
+                )
+            steps.append(
+                (
+                    self.batches["record_batch"],
+                    {"rows": json.dumps(rows, ensure_ascii=False, check_circular=False)},
+                )
+            )
+
+        if releases:
+            # After the records: a record its pass sent before letting go lands first.
+            released = [
+                (i, ordered[i].params["workflow"], ordered[i].params["token"]) for i in releases
+            ]
+            steps.append(
+                (
+                    self.batches["release_batch"],
+                    {"rows": json.dumps(released, ensure_ascii=False, check_circular=False)},
+                )
+            )
+        if claims:
+            # Last: a workflow released in this batch is free for a claim in it.
+            claimed = [
+                (
+                    i,
+                    ordered[i].params["workflow"],
+                    _interval(ordered[i].params["liveness"]),
+                    _interval(ordered[i].params["budget"]),
+                )
+                for i in claims
+            ]
+            steps.append(
+                (
+                    self.batches["claim_batch"],
+                    {"rows": json.dumps(claimed, ensure_ascii=False, check_circular=False)},
+                )
+            )
+
+        async def work(conn: AsyncConnection[TupleRow]) -> list[list[Row]]:
+            if len(steps) == 1:
+                # One statement in autocommit is its own transaction: one round trip and
+                # one commit without BEGIN, COMMIT or a pipeline, all or nothing as well.
+                query, params = steps[0]
+                cursor = await conn.execute(query, params, prepare=self.prepare)
+                return [await cursor.fetchall()]
+            try:
+                async with conn.pipeline():
+                    await conn.execute(_BEGIN)
+                    cursors = [
+                        await conn.execute(query, params, prepare=self.prepare)
+                        for query, params in steps
+                    ]
+                    await conn.execute(_COMMIT)
+            except BaseException:
+                if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                    await conn.rollback()
+                raise
+            return [await cursor.fetchall() for cursor in cursors]
+
+        results = await self.run(f"group commit of {len(ordered)} writes", work, repeatable=False)
+        verdicts: list[Row | _AskAgain | None] = [None] * len(ordered)
+        if renewals:
+            renewed = {(workflow, token) for workflow, token in results[0]}
+            for i in renewals:
+                params = ordered[i].params
+                if (params["workflow"], params["token"]) in renewed:
+                    verdicts[i] = (params["token"],)
+        if records:
+            for n, known, value, operation in results[1 if renewals else 0]:
+                verdicts[n] = (value, operation) if known else _ASK_AGAIN
+        if claims:
+            tokens: dict[str, int] = {workflow: token for workflow, token in results[-1]}
+            for i in claims:
+                token = tokens.get(str(ordered[i].params["workflow"]))
+                verdicts[i] = None if token is None else (token,)
+        return verdicts
+
+    async def history(self, workflow: str) -> list[Row]:
+        """The rows of ``history`` for ``workflow``, read with the others of this store that
+        arrive while one is on its way: one ``history_batch`` for all of them.
+
+        The reads of passes that start together (each after its claim) would each borrow a
+        connection for one statement; grouped, they cost one. A read that finds none on its
+        way goes at once, alone. Each caller gets exactly its own workflow's rows, from a
+        statement that began after its call, as a read of its own would. If the grouped read
+        fails, each goes again alone and meets its own fate.
+        """
+        doing = f"history of {workflow!r}"
+        if not self.group_commit or self.gap is not None:
+            return await self.rows(doing, self.history_query, {"workflow": workflow})
+        if self.reading:
+            future: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
+            self.readers.append((workflow, future))
+            return await future
+        self.reading = True
+        try:
+            return await self.rows(doing, self.history_query, {"workflow": workflow})
+        finally:
+            self._next_read()
+
+    def _next_read(self) -> None:
+        if self.readers:
+            batch, self.readers = self.readers, []
+            task = asyncio.get_running_loop().create_task(self._read(batch))
+            self.flushing.add(task)
+            task.add_done_callback(self.flushing.discard)
+        else:
+            self.reading = False
+
+    async def _read(self, batch: list[tuple[str, asyncio.Future[list[Row]]]]) -> None:
+        try:
+            workflows = sorted({workflow for workflow, _ in batch})
+            try:
+                rows = await self.rows(
+                    f"history of {len(workflows)} workflows",
+                    self.batches["history_batch"],
+                    {"workflows": workflows},
+                )
+            except Exception as error:
+                log.debug(
+                    "a grouped read of %d histories failed (%s); each goes alone", len(batch), error
+                )
+                await asyncio.gather(*(self._read_alone(w, f) for w, f in batch))
+                return
+            found: dict[str, list[Row]] = {}
+            for row in rows:
+                found.setdefault(row[0], []).append(row[1:])
+            for workflow, future in batch:
+                if not future.done():
+                    future.set_result(found.get(workflow, []))
+        except BaseException as error:
+            for _, future in batch:
+                if not future.done():
+                    if isinstance(error, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(error)
+            if isinstance(error, KeyboardInterrupt | SystemExit):
+                raise
+        finally:
+            self._next_read()
+
+    async def _read_alone(self, workflow: str, future: asyncio.Future[list[Row]]) -> None:
+        try:
+            rows = await self.rows(
+                f"history of {workflow!r}", self.history_query, {"workflow": workflow}
+            )
+        except Exception as error:
+            if not future.done():
+                future.set_exception(error)
+        else:
+            if not future.done():
+                future.set_result(rows)
 
     async def rows(self, doing: str, query: bytes, params: Params) -> list[Row]:
         """Every row of one read."""
@@ -226,9 +635,16 @@ class Connections:
         *,
         repeatable: bool,
         subject: Subject | None = None,
+        move: str | None = None,
+        lock: str | None = None,
+        split: int = 0,
     ) -> list[Row | None]:
         """Several statements as one transaction, sent together: one round trip, one commit.
         Returns each statement's first row (``None`` for one that returned none)."""
+        if self.gap is not None and move is not None:
+            return await self.gapped(
+                doing, steps, move, lock, split, repeatable=repeatable, subject=subject
+            )
 
         async def work(conn: AsyncConnection[TupleRow]) -> list[Row | None]:
             # BEGIN and COMMIT as statements of the pipeline rather than a psycopg
@@ -253,6 +669,86 @@ class Connections:
             ]
 
         return await self.run(doing, work, repeatable=repeatable, subject=subject)
+
+    async def gapped(
+        self,
+        doing: str,
+        steps: Sequence[tuple[bytes, Params]],
+        move: str,
+        lock: str | None,
+        split: int,
+        *,
+        repeatable: bool,
+        subject: Subject | None = None,
+    ) -> list[Row | None]:
+        """``steps`` as one transaction with the test's gap inside it (see the class)."""
+        gap = self.gap
+        assert gap is not None
+        workflow = str(steps[0][1].get("workflow", "")) if steps else ""
+
+        async def work(conn: AsyncConnection[TupleRow]) -> list[Row | None]:
+            rows: list[Row | None] = []
+            async with conn.transaction():
+                if lock is not None:
+                    await conn.execute(self.locks[lock], {"workflow": workflow})
+                for index, (query, params) in enumerate(steps):
+                    if index == split:
+                        await gap(move, workflow)
+                    cursor = await conn.execute(query, params, prepare=self.prepare)
+                    rows.append(await cursor.fetchone() if cursor.description is not None else None)
+            return rows
+
+        return await self.run(doing, work, repeatable=repeatable, subject=subject)
+
+
+class _AskAgain:
+    """A record whose winner its batch could not read: it is asked again alone."""
+
+
+_ASK_AGAIN = _AskAgain()
+
+
+class _Write:
+    """One write waiting for a group commit, and the future its caller awaits."""
+
+    __slots__ = ("doing", "future", "params", "query", "subject")
+
+    def __init__(self, doing: str, query: bytes, params: Params, subject: Subject | None) -> None:
+        self.doing = doing
+        self.query = query
+        self.params = params
+        self.subject = subject
+        self.future: asyncio.Future[Row | None] = asyncio.get_running_loop().create_future()
+
+    def order(self) -> str:
+        return str(self.params.get("workflow", ""))
+
+    async def alone(self, db: Connections) -> None:
+        """Send this write by itself and hand its caller the outcome, whatever it is."""
+        try:
+            row = await db._one(
+                self.doing, self.query, self.params, repeatable=True, subject=self.subject
+            )
+        except BaseException as error:
+            if not self.future.done():
+                if isinstance(error, asyncio.CancelledError):
+                    self.future.cancel()
+                else:
+                    self.future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+        else:
+            if not self.future.done():
+                self.future.set_result(row)
+
+
+def _interval(duration: object) -> str:
+    """``duration`` (a ``timedelta``) as interval text, as psycopg writes one: days, seconds
+    and microseconds apart, signed, read alike whatever the server's ``IntervalStyle``."""
+    if not isinstance(duration, timedelta):
+        raise TypeError(f"a claim's liveness and budget are timedeltas, got {duration!r}")
+    days, seconds, micros = duration.days, duration.seconds, duration.microseconds
+    return f"{days:+d} day {seconds:+d} second {micros:+d} microsecond"
 
 
 def _lost(conn: AsyncConnection[TupleRow] | None) -> bool:

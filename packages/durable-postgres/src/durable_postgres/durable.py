@@ -8,6 +8,7 @@ from typing import Any
 from durable.boundary import check_key, check_message_id, check_workflow
 from durable.codec import CheckpointCodec
 from durable.interfaces import Admitted, WorkflowStatus
+from durable.plugins import Gap
 from durable.workflows import Lifecycled
 from psycopg_pool import AsyncConnectionPool
 
@@ -55,11 +56,24 @@ class PostgresDurable(Lifecycled):
         lease: timedelta = timedelta(seconds=30),
         poll: timedelta = timedelta(milliseconds=50),
         prepare: bool = True,
+        gap: Gap | None = None,
+        group_commit: bool = True,
     ) -> PostgresDurable:
-        """Both stores on ``pool``, in ``schema``. The tables must exist (:func:`migrate`)."""
+        """Both stores on ``pool``, in ``schema``. The tables must exist (:func:`migrate`).
+        ``gap`` is for tests only: every move of both stores awaits it, and each move across
+        them awaits it inside its one transaction, between its two halves."""
         return cls(
-            PostgresCheckpointer(pool, schema=schema, codec=codec, prepare=prepare),
-            PostgresScheduler(pool, schema=schema, lease=lease, poll=poll, prepare=prepare),
+            PostgresCheckpointer(
+                pool,
+                schema=schema,
+                codec=codec,
+                prepare=prepare,
+                gap=gap,
+                group_commit=group_commit,
+            ),
+            PostgresScheduler(
+                pool, schema=schema, lease=lease, poll=poll, prepare=prepare, gap=gap
+            ),
         )
 
     def __repr__(self) -> str:
@@ -77,6 +91,21 @@ class PostgresDurable(Lifecycled):
     def pool(self) -> AsyncConnectionPool[Any]:
         return self._checkpointer.pool
 
+    async def schema_versions(self) -> tuple[int | None, int]:
+        """For ``durable doctor``: the schema's version and the one this release expects."""
+        from durable_postgres.migration import SCHEMA_VERSION, schema_version
+
+        return await schema_version(self.pool, schema=self.checkpointer.schema), SCHEMA_VERSION
+
+    async def doctor_findings(self, *, repair: bool, limit: int, stale: timedelta) -> list[Any]:
+        """For ``durable doctor``: ``replication``, the standbys of this primary that would
+        lose acknowledged commits (fencing tokens among them) if promoted. Nothing to
+        repair: the remedy is the server's configuration (``durable_postgres.replication``)."""
+        from durable_postgres.replication import replication_finding
+
+        found = await replication_finding(self.pool, self.checkpointer.schema, limit=limit)
+        return [] if found is None else [found]
+
     async def arrive(self, workflow: str, key: str, value: object) -> object:
         check_workflow(workflow)
         check_key(workflow, key)
@@ -88,6 +117,8 @@ class PostgresDurable(Lifecycled):
             [(cp._sql.supply, params), (self._scheduler._sql.make_ready, params)],
             repeatable=True,
             subject=Subject(workflow, key, value, encoded),
+            move="Durable.arrive",
+            split=1,
         )
         assert stored is not None
         return cp._decode(workflow, key, stored[0])
@@ -106,6 +137,7 @@ class PostgresDurable(Lifecycled):
                 params,
                 [(self._scheduler._sql.make_ready, params)],
                 Subject(workflow, _INBOX, value, encoded),
+                "Durable.send",
             )
         # Not repeatable, like append: a retry of a send that landed would add a second entry.
         appended, _ = await cp._db.transaction(
@@ -113,6 +145,8 @@ class PostgresDurable(Lifecycled):
             [(cp._sql.append, params), (self._scheduler._sql.make_ready, params)],
             repeatable=False,
             subject=Subject(workflow, _INBOX, value, encoded),
+            move="Durable.send",
+            split=1,
         )
         assert appended is not None
         key: str = appended[0]
@@ -125,6 +159,8 @@ class PostgresDurable(Lifecycled):
             f"discard of {workflow!r}",
             [*cp._discarding(workflow), (self._scheduler._sql.cancel, {"workflow": workflow})],
             repeatable=True,
+            move="Durable.discard",
+            split=3,
         )
 
     # -- the lifecycle's moves across both tables, each one transaction ---------
@@ -138,14 +174,16 @@ class PostgresDurable(Lifecycled):
         have been lost here, but the rule is the one every store follows)."""
         cp = self._checkpointer
         params, subject = cp._admitting(workflow, kind, input, queue)
-        return await cp._admit(params, subject, input, [(cp._life.admit_queue, params)])
+        return await cp._admit(
+            params, subject, input, [(cp._life.admit_queue, params)], "Durable.start"
+        )
 
     async def _withdraw_and_cancel(self, workflow: str) -> WorkflowStatus:
         """withdraw and the queue row's removal in one transaction: a cancelled workflow is
         never delivered again, and a delivery already out finds nothing to reinstate."""
         check_workflow(workflow)
         return await self._checkpointer._withdraw(
-            workflow, [(self._scheduler._sql.cancel, {"workflow": workflow})]
+            workflow, [(self._scheduler._sql.cancel, {"workflow": workflow})], "Durable.cancel"
         )
 
     async def _readmit_and_queue(self, workflow: str) -> WorkflowStatus:
@@ -153,4 +191,4 @@ class PostgresDurable(Lifecycled):
         retry was allowed."""
         check_workflow(workflow)
         cp = self._checkpointer
-        return await cp._readmit(workflow, cp._life.readmit_queue)
+        return await cp._readmit(workflow, cp._life.readmit_queue, "Durable.retry")

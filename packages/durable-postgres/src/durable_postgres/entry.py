@@ -39,7 +39,17 @@ def durable_store() -> StorePlugin:
         name="postgres",
         schemes=SCHEMES,
         open=open_store,
-        capabilities=frozenset({"transact", "atomic-arrive", "enumerate", "lifecycle"}),
+        capabilities=frozenset(
+            {
+                "transact",
+                "atomic-arrive",
+                "enumerate",
+                "lifecycle",
+                "queues",
+                "limits",
+                "operations",
+            }
+        ),
         testing=testing,
         distribution="durable-postgres",
         description="PostgreSQL via psycopg 3: a step and its business write in one commit",

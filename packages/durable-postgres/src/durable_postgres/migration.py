@@ -32,11 +32,15 @@ from durable_postgres.statements import (
     status_statements,
 )
 
-__all__ = ["SCHEMA_VERSION", "migrate"]
+__all__ = ["SCHEMA_VERSION", "migrate", "schema_version"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 """The version of ``schema.sql`` this release creates and expects: 1 was the release before
-the workflow lifecycle, 2 adds ``workflow_status``."""
+the workflow lifecycle, 2 adds ``workflow_status``, 3 adds the queue limit tables
+(``queue_limit``, ``queue_slot``, ``queue_handout``, ``workflow_priority``; created empty by
+the idempotent DDL, nothing to backfill), 4 adds ``workflow_checkpoint.operation`` (the
+idempotent DDL adds the column to an older table; no backfill: NULL is what an older record
+means). An older schema is taken to 4 by the one idempotent DDL, in one transaction."""
 
 
 async def migrate(pool: AsyncConnectionPool[Any], *, schema: str = DEFAULT_SCHEMA) -> bool:
@@ -82,4 +86,23 @@ async def migrate(pool: AsyncConnectionPool[Any], *, schema: str = DEFAULT_SCHEM
 
     return await Connections(pool, schema).run(
         f"migrating schema {schema!r}", work, repeatable=True
+    )
+
+
+async def schema_version(
+    pool: AsyncConnectionPool[Any], *, schema: str = DEFAULT_SCHEMA
+) -> int | None:
+    """The version ``schema`` is migrated to, or ``None`` when the tables are not there;
+    below :data:`SCHEMA_VERSION`, :func:`migrate` has work to do (``durable doctor`` says so)."""
+    sql = statements(schema)
+
+    async def work(conn: AsyncConnection[TupleRow]) -> int | None:
+        present = await (await conn.execute(sql.migrate_present)).fetchone()
+        if present is None or not present[0]:
+            return None
+        applied = await (await conn.execute(sql.migrate_applied)).fetchone()
+        return None if applied is None else applied[0]
+
+    return await Connections(pool, schema).run(
+        f"reading the schema version of {schema!r}", work, repeatable=True
     )

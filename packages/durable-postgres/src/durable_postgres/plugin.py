@@ -8,7 +8,9 @@ taken out before the rest reaches libpq::
 ``schema`` (where the tables live; default ``durable``), ``min_size`` and ``max_size`` (the
 pool; default 2 and 10), ``timeout`` (seconds to wait for a pooled connection; default 30),
 ``delivery_lease`` and ``poll`` (the scheduler's, in seconds; default 30 and 0.05) and
-``prepare`` (``false`` for a pooler that cannot keep prepared statements). Every other query
+``prepare`` (``false`` for a pooler that cannot keep prepared statements), ``group_commit``
+(``true``, the default: concurrent records and renewals share one transaction and commit;
+``false``: a commit each). Every other query
 parameter is libpq's (``sslmode``, ``connect_timeout``, ``application_name``, ...). The same
 names may be passed as keyword options to ``open``, which win over the URL; ``codec`` is
 keyword-only.
@@ -31,6 +33,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
 from durable.codec import CheckpointCodec
+from durable.plugins import Gap
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
@@ -66,6 +69,7 @@ class PostgresOptions:
     lease: timedelta = timedelta(seconds=30)
     poll: timedelta = timedelta(milliseconds=50)
     prepare: bool = True
+    group_commit: bool = True
 
     @classmethod
     def read(cls, url: str, options: dict[str, Any]) -> tuple[str, PostgresOptions]:
@@ -192,6 +196,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "delivery_lease": _duration,
     "poll": _duration,
     "prepare": _flag,
+    "group_commit": _flag,
 }
 _FIELDS = {"delivery_lease": "lease"}
 """The :class:`PostgresOptions` field an option sets, where its name is not the field's."""
@@ -286,9 +291,14 @@ async def connect_pool(conninfo: str, options: PostgresOptions) -> AsyncConnecti
 
 @asynccontextmanager
 async def open_postgres(
-    url: str, *, codec: CheckpointCodec[str] | None = None, **options: Any
+    url: str,
+    *,
+    codec: CheckpointCodec[str] | None = None,
+    gap: Gap | None = None,
+    **options: Any,
 ) -> AsyncIterator[PostgresDurable]:
     """Open a pool on ``url``, create the tables if they are missing, and yield the store.
+    (``gap`` is the testing hook's, for racing tests; see :data:`durable.plugins.Gap`.)
 
     The pool is closed on exit. Fails before anything is created with
     :class:`~durable_postgres.errors.PostgresUnavailable` when the server cannot be reached or
@@ -305,6 +315,8 @@ async def open_postgres(
             lease=chosen.lease,
             poll=chosen.poll,
             prepare=chosen.prepare,
+            group_commit=chosen.group_commit,
+            gap=gap,
         )
     finally:
         await pool.close()

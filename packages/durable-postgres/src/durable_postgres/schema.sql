@@ -40,6 +40,14 @@ CREATE TABLE IF NOT EXISTS {schema}.workflow_checkpoint (
     PRIMARY KEY (workflow, key)
 );
 
+-- The kind of operation that wrote each record ('step', 'transact', 'sleep', ...), kept by
+-- the winning write, or NULL: written by supply, append or a plain record, or before the
+-- store kept operations (schema version 4). Added rather than declared above, so that this
+-- one idempotent statement upgrades a version-2 table in place: every older row reads NULL,
+-- refused to no operation, and nothing is rewritten (a nullable column without a default
+-- costs a catalog change, not a table rewrite).
+ALTER TABLE {schema}.workflow_checkpoint ADD COLUMN IF NOT EXISTS operation text;
+
 ALTER SEQUENCE {schema}.workflow_checkpoint_seq OWNED BY {schema}.workflow_checkpoint.seq;
 
 -- load and history read one workflow in seq order.
@@ -121,3 +129,41 @@ CREATE INDEX IF NOT EXISTS workflow_status_updated
     ON {schema}.workflow_status (updated_at, workflow);
 CREATE INDEX IF NOT EXISTS workflow_status_kind_updated
     ON {schema}.workflow_status (kind, updated_at, workflow);
+
+-- Version 3: per-queue limits (the limits capability, durable.interfaces.Limited). Four
+-- tables and nothing changed in the others; a store that sets no limit and no priority keeps
+-- them empty, and its takes go the way they went before (the take reads two EXISTS of them).
+--
+-- A queue's limit, set by an operator and read by every take; NULL is unlimited on that side.
+CREATE TABLE IF NOT EXISTS {schema}.queue_limit (
+    queue      text    PRIMARY KEY,
+    concurrent integer CHECK (concurrent >= 1),
+    rate       integer CHECK (rate >= 1)
+);
+
+-- A slot of a queue's concurrency limit, held by one delivery (receipt) while its pass runs.
+-- live_until is pushed on by hold at each heartbeat; a slot past it is not counted, so a
+-- killed worker's slot comes back by itself, with no sweeper. Deleted when the delivery is
+-- answered. One per workflow.
+CREATE TABLE IF NOT EXISTS {schema}.queue_slot (
+    workflow   text        PRIMARY KEY,
+    queue      text        NOT NULL,
+    receipt    bigint      NOT NULL,
+    live_until timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_slot_queue ON {schema}.queue_slot (queue, live_until);
+
+-- The hand-outs of rate-limited queues in the last second (older rows are pruned by the take
+-- that adds one).
+CREATE TABLE IF NOT EXISTS {schema}.queue_handout (
+    queue text        NOT NULL,
+    at    timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_handout_queue ON {schema}.queue_handout (queue, at);
+
+-- A workflow's priority within its queue (higher first), kept across its passes; a workflow
+-- without a row has priority 0.
+CREATE TABLE IF NOT EXISTS {schema}.workflow_priority (
+    workflow text    PRIMARY KEY,
+    priority integer NOT NULL
+);

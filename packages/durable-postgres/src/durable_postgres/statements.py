@@ -116,15 +116,34 @@ class Statements:
     fence: bytes
     record: bytes
     supply: bytes
+    supply_at: bytes
     append: bytes
+    append_at: bytes
+    append_once_at: bytes
     append_once: bytes
     sent: bytes
     raise_fence: bytes
+    order_writes: bytes
     forget: bytes
     transact_check: bytes
     transact_record: bytes
     make_ready: bytes
     take: bytes
+    take_in: bytes
+    take_candidate: bytes
+    lock_limit: bytes
+    limit_room: bytes
+    take_row: bytes
+    take_slot: bytes
+    count_handout: bytes
+    prune_handouts: bytes
+    hold: bytes
+    held: bytes
+    set_limit: bytes
+    clear_limit: bytes
+    limits: bytes
+    prioritize: bytes
+    unprioritize: bytes
     wake_at: bytes
     done: bytes
     cancel: bytes
@@ -140,6 +159,8 @@ class StatusStatements:
     """The lifecycle's statements (``statuses.sql``) for one schema, ready to send."""
 
     schema: str
+    ended: bytes
+    backdate: bytes
     status: bytes
     admit_write: bytes
     admit_queue: bytes

@@ -18,7 +18,7 @@ WHERE workflow = %(workflow)s AND left(key, char_length({sent_prefix})) <> {sent
 ORDER BY seq;
 
 -- name: history
-SELECT key, value, at
+SELECT key, value, at, operation
 FROM {schema}.workflow_checkpoint
 WHERE workflow = %(workflow)s AND left(key, char_length({sent_prefix})) <> {sent_prefix}
 ORDER BY seq;
@@ -91,29 +91,86 @@ WHERE workflow = %(workflow)s;
 -- The DO UPDATE changes nothing (key is set to itself), and exists so that RETURNING hands back
 -- the row already there: first-writer-wins and "who won" in one round trip. It touches neither
 -- seq nor at, so a losing write moves the record neither in order nor in time.
+--
+-- ordered takes the workflow's write lock (see order_writes) after the fence and before the
+-- row's seq is drawn, so seq order is the order the writes commit in.
 WITH fence AS (
     SELECT workflow
     FROM {schema}.workflow_claim
     WHERE workflow = %(workflow)s AND token = %(token)s
     FOR SHARE
+), ordered AS (
+    SELECT workflow, pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || workflow, 0))
+    FROM fence
 )
-INSERT INTO {schema}.workflow_checkpoint (workflow, key, value)
-SELECT workflow, %(key)s, %(value)s FROM fence
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value, operation)
+SELECT workflow, %(key)s, %(value)s, %(operation)s FROM ordered
+ON CONFLICT (workflow, key) DO UPDATE SET key = EXCLUDED.key
+RETURNING value, operation;
+
+-- name: supply
+-- First-writer-wins from outside a pass: no fence, so a running pass never blocks it. It takes
+-- the workflow's write lock before its seq is drawn, as record does.
+WITH ordered AS (
+    SELECT pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || %(workflow)s, 0))
+)
+INSERT INTO {schema}.workflow_checkpoint AS held (workflow, key, value)
+SELECT %(workflow)s, %(key)s, %(value)s FROM ordered
 ON CONFLICT (workflow, key) DO UPDATE SET key = EXCLUDED.key
 RETURNING value;
 
--- name: supply
--- First-writer-wins from outside a pass: no fence, so a running pass never blocks it.
-INSERT INTO {schema}.workflow_checkpoint AS held (workflow, key, value)
-VALUES (%(workflow)s, %(key)s, %(value)s)
+-- name: supply_at
+-- supply with the time given (durable.interfaces.Dated, for an import) in place of the
+-- server's clock: a losing write keeps the first writer's value and at alike.
+WITH ordered AS (
+    SELECT pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || %(workflow)s, 0))
+)
+INSERT INTO {schema}.workflow_checkpoint AS held (workflow, key, value, at)
+SELECT %(workflow)s, %(key)s, %(value)s, %(at)s FROM ordered
 ON CONFLICT (workflow, key) DO UPDATE SET key = EXCLUDED.key
 RETURNING value;
+
+-- name: append_at
+-- append with the time given (Dated), numbered exactly as append numbers.
+WITH ordered AS (
+    SELECT pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || %(workflow)s, 0))
+), drawn AS (
+    SELECT nextval({checkpoint_seq}::regclass) AS seq FROM ordered
+)
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value, seq, at)
+SELECT %(workflow)s, {inbox_prefix} || lpad(drawn.seq::text, 20, '0'), %(value)s, drawn.seq,
+       %(at)s
+FROM drawn
+RETURNING key;
+
+-- name: append_once_at
+-- append_once with the time given (Dated) on the entry; the marker, never read as a record,
+-- keeps the server's clock.
+WITH ordered AS (
+    SELECT pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || %(workflow)s, 0))
+), drawn AS (
+    SELECT nextval({checkpoint_seq}::regclass) AS seq FROM ordered
+), marked AS (
+    INSERT INTO {schema}.workflow_checkpoint (workflow, key, value)
+    SELECT %(workflow)s, {sent_prefix} || %(message_id)s::text,
+           {inbox_prefix} || lpad(drawn.seq::text, 20, '0')
+    FROM drawn
+    ON CONFLICT (workflow, key) DO NOTHING
+    RETURNING value
+)
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value, seq, at)
+SELECT %(workflow)s, marked.value, %(value)s, drawn.seq, %(at)s
+FROM marked, drawn
+RETURNING key;
 
 -- name: append
 -- One nextval, written as both the inbox key and the seq, so the key's order and load's order
 -- are one order. The key pads the number to 20 digits, as durable.interfaces.inbox_key does.
-WITH drawn AS (
-    SELECT nextval({checkpoint_seq}::regclass) AS seq
+-- The number is drawn under the workflow's write lock, as record's is.
+WITH ordered AS (
+    SELECT pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || %(workflow)s, 0))
+), drawn AS (
+    SELECT nextval({checkpoint_seq}::regclass) AS seq FROM ordered
 )
 INSERT INTO {schema}.workflow_checkpoint (workflow, key, value, seq)
 SELECT %(workflow)s, {inbox_prefix} || lpad(drawn.seq::text, 20, '0'), %(value)s, drawn.seq
@@ -128,8 +185,10 @@ RETURNING key;
 -- that commit, after which DO NOTHING returns no row, the entry's SELECT finds nothing to insert,
 -- and the statement writes nothing at all. As in append, one nextval is both the entry's seq and
 -- the number in its key; the marker takes a number of its own, which only leaves a gap.
-WITH drawn AS (
-    SELECT nextval({checkpoint_seq}::regclass) AS seq
+WITH ordered AS (
+    SELECT pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || %(workflow)s, 0))
+), drawn AS (
+    SELECT nextval({checkpoint_seq}::regclass) AS seq FROM ordered
 ), marked AS (
     INSERT INTO {schema}.workflow_checkpoint (workflow, key, value)
     SELECT %(workflow)s, {sent_prefix} || %(message_id)s::text,
@@ -162,10 +221,22 @@ ON CONFLICT (workflow) DO UPDATE SET
     token = held.token + 1, claimed_at = NULL, live_until = NULL, budget_until = NULL,
     liveness = NULL;
 
+-- name: order_writes
+-- The workflow's write lock, held to the end of the transaction. Every statement that adds a
+-- record takes it before the record's seq is drawn, and a discard takes it before it deletes.
+-- Without it, seq (drawn when a statement runs) and commit order disagree between two
+-- connections: a reader sees a record, and a later reader sees another one that committed
+-- after it placed before it; and a discard deletes what its snapshot saw while a write that
+-- committed during it survives, though a reader saw the two together. The lock is per
+-- workflow (a hash of the schema and id; two ids sharing a hash only wait for each other), and
+-- only ever taken after the claim row's lock, never before it.
+SELECT pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || %(workflow)s, 0));
+
 -- name: forget
--- The second statement of a discard, in the same transaction; under READ COMMITTED it reads
--- afresh, after raise_fence took the claim row, so nothing a fenced pass wrote survives it.
--- The message-id markers go with the records.
+-- The last statement of a discard's own, in the same transaction; under READ COMMITTED it
+-- reads afresh, after raise_fence took the claim row and order_writes the write lock, so
+-- nothing a fenced pass wrote, and nothing anyone committed before it, survives it. The
+-- message-id markers go with the records.
 DELETE FROM {schema}.workflow_checkpoint WHERE workflow = %(workflow)s;
 
 -- name: transact_check
@@ -174,21 +245,26 @@ DELETE FROM {schema}.workflow_checkpoint WHERE workflow = %(workflow)s;
 -- stalls never stops a newer pass from claiming. transact_record decides the rest.
 SELECT (SELECT token FROM {schema}.workflow_claim WHERE workflow = %(workflow)s),
        (SELECT value FROM {schema}.workflow_checkpoint
+        WHERE workflow = %(workflow)s AND key = %(key)s),
+       (SELECT operation FROM {schema}.workflow_checkpoint
         WHERE workflow = %(workflow)s AND key = %(key)s);
 
 -- name: transact_record
 -- The last statement of a transact, after the effect. The same fence as record, but DO NOTHING
 -- on a conflict: a value supplied from outside while the effect ran means the effect's result
 -- is not the record, so no row comes back and the whole transaction, effect included, is
--- rolled back.
+-- rolled back. The write lock is taken as record takes it.
 WITH fence AS (
     SELECT workflow
     FROM {schema}.workflow_claim
     WHERE workflow = %(workflow)s AND token = %(token)s
     FOR SHARE
+), ordered AS (
+    SELECT workflow, pg_advisory_xact_lock(hashtextextended({schema_name} || ':' || workflow, 0))
+    FROM fence
 )
-INSERT INTO {schema}.workflow_checkpoint (workflow, key, value)
-SELECT workflow, %(key)s, %(value)s FROM fence
+INSERT INTO {schema}.workflow_checkpoint (workflow, key, value, operation)
+SELECT workflow, %(key)s, %(value)s, 'transact' FROM ordered
 ON CONFLICT (workflow, key) DO NOTHING
 RETURNING value;
 
@@ -205,34 +281,180 @@ ON CONFLICT (workflow) DO UPDATE SET
 -- name: take
 -- Choosing the earliest visible row and hiding it for the lease is one statement. SKIP LOCKED
 -- lets concurrent takers pass over a row another is taking instead of queueing behind it; the
--- lease and the receipt are written into the row taken.
-WITH next AS (
+-- lease and the receipt are written into the row taken. Takes nothing once a queue limit or a
+-- priority is kept, and says so in its third column (always one row), so the caller takes by
+-- take_candidate instead: a store that limits nothing pays no round trip more.
+WITH flags AS (
+    SELECT EXISTS (SELECT 1 FROM {schema}.queue_limit)
+        OR EXISTS (SELECT 1 FROM {schema}.workflow_priority) AS limited
+), next AS (
     SELECT workflow
     FROM {schema}.workflow_queue
-    WHERE visible_at <= clock_timestamp()
+    WHERE visible_at <= clock_timestamp() AND NOT (SELECT limited FROM flags)
     ORDER BY visible_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE {schema}.workflow_queue AS queued
+    SET visible_at = clock_timestamp() + %(lease)s,
+        receipt = nextval({queue_receipt}::regclass)
+    FROM next
+    WHERE queued.workflow = next.workflow
+    RETURNING queued.workflow, queued.receipt
 )
-UPDATE {schema}.workflow_queue AS queued
+SELECT taken.workflow, taken.receipt, flags.limited FROM flags LEFT JOIN taken ON true;
+
+-- name: take_in
+-- As take, choosing only among the rows of the queues served (%(queues)s, a text[]). The queue
+-- is read from the lifecycle row inside the same statement, so no row of another queue is ever
+-- taken and put back; a workflow without a lifecycle row is in the queue 'default'.
+WITH flags AS (
+    SELECT EXISTS (SELECT 1 FROM {schema}.queue_limit)
+        OR EXISTS (SELECT 1 FROM {schema}.workflow_priority) AS limited
+), next AS (
+    SELECT q.workflow
+    FROM {schema}.workflow_queue AS q
+    WHERE q.visible_at <= clock_timestamp()
+      AND NOT (SELECT limited FROM flags)
+      AND coalesce(
+          (SELECT s.queue FROM {schema}.workflow_status AS s WHERE s.workflow = q.workflow),
+          'default'
+      ) = ANY(%(queues)s::text[])
+    ORDER BY q.visible_at
+    LIMIT 1
+    FOR UPDATE OF q SKIP LOCKED
+), taken AS (
+    UPDATE {schema}.workflow_queue AS queued
+    SET visible_at = clock_timestamp() + %(lease)s,
+        receipt = nextval({queue_receipt}::regclass)
+    FROM next
+    WHERE queued.workflow = next.workflow
+    RETURNING queued.workflow, queued.receipt
+)
+SELECT taken.workflow, taken.receipt, flags.limited FROM flags LEFT JOIN taken ON true;
+
+-- name: take_candidate
+-- The take under limits, first half: the visible row to hand out, highest priority first,
+-- passing over a queue at its limit (as many live slots as its concurrent, or as many
+-- hand-outs in the last second as its rate) and a workflow whose own slot is live (its pass
+-- runs and holds it). %(queues)s is NULL for every queue. Row-locked (SKIP LOCKED) so no
+-- other taker chooses it; the counts here only narrow the choice, and limit_room decides
+-- them again under the queue's lock.
+SELECT q.workflow, coalesce(st.queue, 'default'), l.concurrent, l.rate
+FROM {schema}.workflow_queue AS q
+LEFT JOIN {schema}.workflow_status AS st ON st.workflow = q.workflow
+LEFT JOIN {schema}.queue_limit AS l ON l.queue = coalesce(st.queue, 'default')
+LEFT JOIN {schema}.workflow_priority AS p ON p.workflow = q.workflow
+WHERE q.visible_at <= clock_timestamp()
+  AND (%(queues)s::text[] IS NULL OR coalesce(st.queue, 'default') = ANY(%(queues)s::text[]))
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.queue_slot AS mine
+      WHERE mine.workflow = q.workflow AND mine.live_until > clock_timestamp()
+  )
+  AND (l.concurrent IS NULL OR l.concurrent > (
+      SELECT count(*) FROM {schema}.queue_slot AS s
+      WHERE s.queue = l.queue AND s.live_until > clock_timestamp()
+  ))
+  AND (l.rate IS NULL OR l.rate > (
+      SELECT count(*) FROM {schema}.queue_handout AS h
+      WHERE h.queue = l.queue AND h.at > clock_timestamp() - interval '1 second'
+  ))
+ORDER BY coalesce(p.priority, 0) DESC, q.visible_at
+LIMIT 1
+FOR UPDATE OF q SKIP LOCKED;
+
+-- name: lock_limit
+-- Held to the end of the take's transaction: takers of one limited queue count and write one
+-- at a time, so two never both see the last slot free. Read committed gives each statement
+-- after the lock a fresh snapshot, which holds the previous taker's committed slot.
+-- (1685418594 is this library's namespace for queue locks, beside migrate's 1685418593.)
+SELECT pg_advisory_xact_lock(1685418594, hashtext({schema_name} || ':' || %(queue)s));
+
+-- name: limit_room
+-- Under lock_limit: whether the queue still has a slot and a hand-out to give. No row (the
+-- limit was removed meanwhile) is room.
+SELECT
+    (l.concurrent IS NULL OR l.concurrent > (
+        SELECT count(*) FROM {schema}.queue_slot AS s
+        WHERE s.queue = l.queue AND s.live_until > clock_timestamp()
+    ))
+    AND (l.rate IS NULL OR l.rate > (
+        SELECT count(*) FROM {schema}.queue_handout AS h
+        WHERE h.queue = l.queue AND h.at > clock_timestamp() - interval '1 second'
+    ))
+FROM {schema}.queue_limit AS l
+WHERE l.queue = %(queue)s;
+
+-- name: take_row
+UPDATE {schema}.workflow_queue
 SET visible_at = clock_timestamp() + %(lease)s,
     receipt = nextval({queue_receipt}::regclass)
-FROM next
-WHERE queued.workflow = next.workflow
-RETURNING queued.workflow, queued.receipt;
+WHERE workflow = %(workflow)s
+RETURNING receipt;
+
+-- name: take_slot
+-- The slot, live for the lease as the delivery is hidden, until hold pushes it on.
+INSERT INTO {schema}.queue_slot (workflow, queue, receipt, live_until)
+VALUES (%(workflow)s, %(queue)s, %(receipt)s, clock_timestamp() + %(lease)s)
+ON CONFLICT (workflow) DO UPDATE SET
+    queue = EXCLUDED.queue, receipt = EXCLUDED.receipt, live_until = EXCLUDED.live_until;
+
+-- name: count_handout
+INSERT INTO {schema}.queue_handout (queue, at) VALUES (%(queue)s, clock_timestamp());
+
+-- name: prune_handouts
+DELETE FROM {schema}.queue_handout
+WHERE queue = %(queue)s AND at <= clock_timestamp() - interval '1 second';
+
+-- name: hold
+-- Only a live slot of this very delivery: a lapsed one may be another's by now.
+UPDATE {schema}.queue_slot SET live_until = clock_timestamp() + %(liveness)s
+WHERE workflow = %(workflow)s AND receipt = %(receipt)s AND live_until > clock_timestamp()
+RETURNING workflow;
+
+-- name: held
+SELECT count(*) FROM {schema}.queue_slot
+WHERE queue = %(queue)s AND live_until > clock_timestamp();
+
+-- name: set_limit
+INSERT INTO {schema}.queue_limit (queue, concurrent, rate)
+VALUES (%(queue)s, %(concurrent)s, %(rate)s)
+ON CONFLICT (queue) DO UPDATE SET concurrent = EXCLUDED.concurrent, rate = EXCLUDED.rate;
+
+-- name: clear_limit
+DELETE FROM {schema}.queue_limit WHERE queue = %(queue)s;
+
+-- name: limits
+SELECT queue, concurrent, rate FROM {schema}.queue_limit ORDER BY queue;
+
+-- name: prioritize
+INSERT INTO {schema}.workflow_priority (workflow, priority) VALUES (%(workflow)s, %(priority)s)
+ON CONFLICT (workflow) DO UPDATE SET priority = EXCLUDED.priority;
+
+-- name: unprioritize
+DELETE FROM {schema}.workflow_priority WHERE workflow = %(workflow)s;
 
 -- name: wake_at
 -- Answers for the delivery and schedules it in one statement. A make_ready since the delivery
 -- was taken cleared the receipt, and a cancel deleted the row: either way nothing matches.
+-- The same statement gives back the delivery's slot (queue limits), whatever the row says:
+-- the slot is the delivery's, and its pass is over.
+WITH slot AS (
+    DELETE FROM {schema}.queue_slot WHERE workflow = %(workflow)s AND receipt = %(receipt)s
+)
 UPDATE {schema}.workflow_queue
 SET visible_at = %(when)s, receipt = NULL
 WHERE workflow = %(workflow)s AND receipt = %(receipt)s;
 
 -- name: done
+WITH slot AS (
+    DELETE FROM {schema}.queue_slot WHERE workflow = %(workflow)s AND receipt = %(receipt)s
+)
 DELETE FROM {schema}.workflow_queue
 WHERE workflow = %(workflow)s AND receipt = %(receipt)s;
 
 -- name: cancel
+WITH slot AS (DELETE FROM {schema}.queue_slot WHERE workflow = %(workflow)s)
 DELETE FROM {schema}.workflow_queue WHERE workflow = %(workflow)s;
 
 -- name: scheduled

@@ -11,6 +11,24 @@
 -- The schema arrives as a quoted identifier, values as named parameters. Keep curly braces out
 -- of these comments.
 
+-- name: ended
+-- Whether a prune may discard the workflow (durable.interfaces.Prunable), sent inside the
+-- discard's transaction after raise_fence took the claim row: FOR UPDATE locks the status row
+-- to the commit, and under READ COMMITTED a retry committed meanwhile is re-read here (the row
+-- no longer matches), while one still in flight waits for this transaction and then finds no
+-- row to retry. The claim row, then the status row: the order discard and withdraw take them.
+SELECT workflow FROM {schema}.workflow_status
+WHERE workflow = %(workflow)s AND status = ANY(%(statuses)s::text[]) AND updated_at < %(before)s
+FOR UPDATE;
+
+-- name: backdate
+-- The times an import keeps (durable.interfaces.Dated): updated_at, and started_at unless
+-- %(started)s is NULL; nothing else. Answers the row's workflow, or no row.
+UPDATE {schema}.workflow_status
+SET updated_at = %(updated)s, started_at = coalesce(%(started)s::timestamptz, started_at)
+WHERE workflow = %(workflow)s
+RETURNING workflow;
+
 -- name: status
 -- One workflow's row, with the claim's token and liveness while a pass runs: running is written
 -- once, by begin; how long the pass has left is the claim's, which renew moves.
@@ -226,6 +244,13 @@ ORDER BY s.updated_at DESC, s.workflow DESC
 LIMIT %(limit)s;
 
 -- name: list_status
+-- The filtered listings name their column as a range of one value and order by it, where
+-- "= value" would read more simply, because the statements are prepared: after a few runs
+-- Postgres plans them once for any value, and for a status it cannot see it guesses a
+-- third of the table and prefers walking the (updated_at, workflow) index newest first,
+-- filtering as it goes, which reads every finished workflow to find one failed one. A
+-- range it must order by leaves only the index that starts with the column, read from the
+-- cursor: a page costs its own rows at any size (the bench's --size row checks it).
 SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.since, s.step,
        s.until_at, s.waits, s.value, s.failure_type, s.failure_message, s.failure_traceback,
        s.failure_attempts, s.started_at, s.updated_at,
@@ -234,9 +259,9 @@ SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.si
        (SELECT c.live_until FROM {schema}.workflow_claim AS c
         WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-WHERE s.status = %(status)s
-  AND (s.updated_at, s.workflow) < (%(at)s::timestamptz, %(after)s::text)
-ORDER BY s.updated_at DESC, s.workflow DESC
+WHERE s.status >= %(status)s AND s.status <= %(status)s
+  AND (s.status, s.updated_at, s.workflow) < (%(status)s, %(at)s::timestamptz, %(after)s::text)
+ORDER BY s.status DESC, s.updated_at DESC, s.workflow DESC
 LIMIT %(limit)s;
 
 -- name: list_kind
@@ -248,9 +273,9 @@ SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.si
        (SELECT c.live_until FROM {schema}.workflow_claim AS c
         WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-WHERE s.kind = %(kind)s
-  AND (s.updated_at, s.workflow) < (%(at)s::timestamptz, %(after)s::text)
-ORDER BY s.updated_at DESC, s.workflow DESC
+WHERE s.kind >= %(kind)s AND s.kind <= %(kind)s
+  AND (s.kind, s.updated_at, s.workflow) < (%(kind)s, %(at)s::timestamptz, %(after)s::text)
+ORDER BY s.kind DESC, s.updated_at DESC, s.workflow DESC
 LIMIT %(limit)s;
 
 -- name: list_kind_status
@@ -262,9 +287,11 @@ SELECT s.workflow, s.kind, s.input, s.queue, s.status, s.attempts, s.owner, s.si
        (SELECT c.live_until FROM {schema}.workflow_claim AS c
         WHERE c.workflow = s.workflow AND s.status = 'running' AND c.live_until IS NOT NULL)
 FROM {schema}.workflow_status AS s
-WHERE s.kind = %(kind)s AND s.status = %(status)s
-  AND (s.updated_at, s.workflow) < (%(at)s::timestamptz, %(after)s::text)
-ORDER BY s.updated_at DESC, s.workflow DESC
+WHERE s.kind >= %(kind)s AND s.kind <= %(kind)s
+  AND s.status >= %(status)s AND s.status <= %(status)s
+  AND (s.kind, s.status, s.updated_at, s.workflow)
+      < (%(kind)s, %(status)s, %(at)s::timestamptz, %(after)s::text)
+ORDER BY s.kind DESC, s.status DESC, s.updated_at DESC, s.workflow DESC
 LIMIT %(limit)s;
 
 -- name: migrate_backfill_2
