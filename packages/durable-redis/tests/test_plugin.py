@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import secrets
 import subprocess
 import sys
 from datetime import timedelta
@@ -23,7 +24,15 @@ def test_the_plugin_is_found_through_its_entry_point() -> None:
     assert isinstance(plugin, StorePlugin)
     assert plugin.name == "redis"
     assert set(plugin.schemes) >= {"redis", "rediss", "redis+cluster"}
-    assert plugin.capabilities == {"transact", "cluster", "enumerate", "lifecycle"}
+    assert plugin.capabilities == {
+        "transact",
+        "cluster",
+        "enumerate",
+        "lifecycle",
+        "queues",
+        "limits",
+        "operations",
+    }
     assert plugin.testing is not None
     assert plugin.distribution == "durable-redis"
 
@@ -78,13 +87,15 @@ def test_the_delivery_lease_under_both_names_is_refused() -> None:
 
 
 async def test_durable_open_reads_the_options_from_the_url(node_url: str) -> None:
-    url = f"{node_url.split('?')[0]}?prefix=durable-test-options&ttl=90&delivery_lease=7"
+    prefix = f"durable-test-options-{secrets.token_hex(6)}"  # a shared server: a prefix of its own
+    url = f"{node_url.split('?')[0]}?prefix={prefix}&ttl=90&delivery_lease=7"
     async with durable.open(url) as store:
         assert isinstance(store, RedisDurable)
-        assert store.checkpointer.prefix == "durable-test-options"
+        assert store.checkpointer.prefix == prefix
         assert store.checkpointer.ttl == timedelta(seconds=90)
         assert store.scheduler.lease == timedelta(seconds=7)
-        await store.scheduler.client.delete(store.scheduler.stream_key)
+        client = store.scheduler.client
+        await client.delete(*[key async for key in client.scan_iter(match=f"{prefix}*")])
 
 
 async def test_a_client_of_ones_own_is_used_and_left_open(node_url: str) -> None:
@@ -144,3 +155,11 @@ def test_a_lua_effect_is_checked_and_frozen_when_built() -> None:
         LuaEffect("return '1'", (), (True,))
     with pytest.raises(TypeError, match="argument"):
         LuaEffect("return '1'", (), (None,))  # type: ignore[arg-type]
+
+
+async def test_group_commit_and_wait_replicas_are_refused_together() -> None:
+    """Each write's WAIT travels beside it on its connection; a pipeline of several writes
+    would read the replies out of step, so asking for both is an error, not a surprise."""
+    with pytest.raises(ValueError, match="group_commit= and wait_replicas="):
+        async with durable.open("redis://127.0.0.1:1/0?wait_replicas=1&group_commit=1"):
+            pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import re
 from datetime import UTC, datetime, timedelta
@@ -203,6 +204,74 @@ async def test_a_braced_workflow_id_keeps_every_key_in_one_cluster_slot(
         effect = LuaEffect(SEED_LEDGER, (f"{base}:ledger",), ("piano", 1))
         assert (await cp.transact(holder, "reserved", effect)).value == 1
     assert sorted(await cp.workflows()) == sorted(IDS_WITH_BRACES)
+
+
+# -- group commit on a cluster ----------------------------------------------------------------
+
+
+async def _claim_all(cp: RedisCheckpointer, workflows: list[str]) -> list[Pass]:
+    holders = []
+    for wf in workflows:
+        holder = await cp.claim(wf, liveness=LIVE, budget=BUDGET)
+        assert holder is not None
+        holders.append(holder)
+    return holders
+
+
+async def _record_all_at_once(cp: RedisCheckpointer, holders: list[Pass]) -> None:
+    """Record one step of each pass and one stale write per workflow, all at once, so
+    they wait together and go as pipelines; check each verdict is its own."""
+    stale = [dataclasses.replace(h, token=h.token - 1) for h in holders]
+
+    async def fresh(holder: Pass) -> bool:
+        return (await cp.record(holder, "step", holder.workflow)).first
+
+    async def refused(holder: Pass) -> bool:
+        try:
+            await cp.record(holder, "stale", holder.workflow)
+        except Fenced:
+            return True
+        return False
+
+    async with asyncio.timeout(30):
+        answers = await asyncio.gather(*(fresh(h) for h in holders), *(refused(h) for h in stale))
+    assert all(answers)
+    for holder in holders:
+        assert await cp.load(holder.workflow) == {"step": holder.workflow}
+
+
+async def test_scripts_waiting_together_on_a_cluster_each_get_their_own_verdict(
+    cluster_bed: Bed[Any],
+) -> None:
+    cp = as_store(cluster_bed).checkpointer
+    client = cp.client
+    assert isinstance(client, RedisCluster)
+    workflows = [f"wf-{n}" for n in range(48)]
+    manager = client.nodes_manager
+    slots = {client.keyslot(f"{cp.hash_key(wf)}:records") for wf in workflows}
+    nodes = {manager.slots_cache[slot][0].name for slot in slots}
+    assert len(nodes) == 3  # the batch spans every primary: one pipeline each
+    await _record_all_at_once(cp, await _claim_all(cp, workflows))
+
+
+async def test_a_stale_slot_map_sends_the_redirected_scripts_again_alone(
+    cluster_bed: Bed[Any],
+) -> None:
+    """The client's map says one node holds every slot (as after a resharding it has not
+    seen): that node answers MOVED for most scripts of its pipeline, and those go again
+    alone through the cluster client, which follows the redirection."""
+    cp = as_store(cluster_bed).checkpointer
+    client = cp.client
+    assert isinstance(client, RedisCluster)
+    workflows = [f"moved-{n}" for n in range(48)]
+    slots = {client.keyslot(f"{cp.hash_key(wf)}:records") for wf in workflows}
+    holders = await _claim_all(cp, workflows)
+    manager = client.nodes_manager
+    wrong = manager.slots_cache[next(iter(slots))][0]
+    assert len({manager.slots_cache[slot][0].name for slot in slots}) == 3
+    for slot in slots:
+        manager.slots_cache[slot] = [wrong]
+    await _record_all_at_once(cp, holders)
 
 
 # -- what a cluster refuses -----------------------------------------------------------------

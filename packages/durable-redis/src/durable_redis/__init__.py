@@ -24,6 +24,7 @@ if _typing.TYPE_CHECKING:
         CrossSlotError,
         LuaEffectFailed,
         RedisUnavailable,
+        ReplicationUnconfirmed,
         SchemaTooNew,
         UntaggedKey,
     )
@@ -42,6 +43,7 @@ else:
             "RedisDurable": "durable_redis.durable",
             "RedisStreamScheduler": "durable_redis.scheduler",
             "RedisUnavailable": "durable_redis.errors",
+            "ReplicationUnconfirmed": "durable_redis.errors",
             "SchemaTooNew": "durable_redis.errors",
             "UntaggedKey": "durable_redis.errors",
             "open_redis": "durable_redis.plugin",
@@ -56,6 +58,7 @@ __all__ = [
     "RedisDurable",
     "RedisStreamScheduler",
     "RedisUnavailable",
+    "ReplicationUnconfirmed",
     "SchemaTooNew",
     "UntaggedKey",
     "open_redis",

@@ -35,9 +35,12 @@ from typing import Any
 
 from durable.boundary import (
     check_duration,
+    check_ended,
     check_key,
     check_kind,
     check_message_id,
+    check_moment,
+    check_operation,
     check_settlement,
     check_workflow,
 )
@@ -51,6 +54,7 @@ from durable.interfaces import (
     Entry,
     Failure,
     Fenced,
+    KeyReused,
     NotRetryable,
     Page,
     Pass,
@@ -63,10 +67,13 @@ from durable.interfaces import (
     WorkflowStatus,
     inbox_key,
 )
+from durable.plugins import Gap
+from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from durable_redis.effect import LuaEffect
 from durable_redis.errors import LuaEffectFailed, UntaggedKey
+from durable_redis.group import GroupCommit
 from durable_redis.keys import (
     STATUSES,
     check_prefix,
@@ -118,7 +125,9 @@ class RedisCheckpointer:
     server; it may not contain braces. ``ttl``, when given, is refreshed on every write to
     a workflow, so a workflow nobody writes to for that long is forgotten whole (records
     and claim alike; a held claim never expires before its budget). ``codec`` must
-    encode to text.
+    encode to text. ``gap`` is for tests only (a :data:`durable.plugins.Gap`, from the
+    testing hook): each move awaits it just before sending its script, which is the whole
+    of the move's decision and its write.
     """
 
     def __init__(
@@ -128,8 +137,11 @@ class RedisCheckpointer:
         prefix: str = "durable",
         codec: CheckpointCodec[Any] | None = None,
         ttl: timedelta | None = None,
+        gap: Gap | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.client = client
+        self._gap = gap
         self.prefix = check_prefix(prefix)
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         self.ttl = check_duration("ttl", ttl) if ttl is not None else None
@@ -138,6 +150,9 @@ class RedisCheckpointer:
         self._scripts = ScriptBook(client, CHECKPOINT_SCRIPTS, checkpoint_source)
         self._index_scripts = ScriptBook(client, INDEX_SCRIPTS, index_source)
         self._where = describe(client)
+        # On a cluster too: one pipeline per node, built from the slots (group.py).
+        grouping = group_commit and gap is None
+        self._group = GroupCommit(client, self._send) if grouping else None
         # The kind each pass began under, so settle indexes under it without a read; a
         # pass settled by another handle reads it (see _kind_of).
         self._kinds: dict[tuple[str, int], str | None] = {}
@@ -184,6 +199,22 @@ class RedisCheckpointer:
         except DRIVER_ERRORS as error:
             raise self._translated(error, doing, keys) from error
 
+    async def _grouped(
+        self, name: str, keys: tuple[str, ...], args: tuple[Any, ...], doing: str
+    ) -> Any:
+        """A record or renewal's script, sent with the others that arrive while one is on
+        its way (:mod:`durable_redis.group`); alone when group commit is off."""
+        if self._group is None:
+            return await self._call(name, keys, args, doing)
+        try:
+            return await self._group.call(self._scripts[name], keys, args)
+        except DRIVER_ERRORS as error:
+            raise self._translated(error, doing, keys) from error
+
+    @staticmethod
+    async def _send(script: AsyncScript, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
+        return await script(keys=keys, args=args)
+
     def _encode(self, workflow: str, key: str, value: object) -> str:
         encoded = encode_value(self.codec, value, workflow=workflow, key=key)
         if not isinstance(encoded, str):
@@ -209,7 +240,7 @@ class RedisCheckpointer:
             if key.startswith(SENT_PREFIX):
                 continue  # a message id append remembers: bookkeeping, not a record
             position, at, encoding = as_text(packed).split(":", 2)
-            rows.append((int(position), key, at, encoding))
+            rows.append((int(position), key, at, encoding))  # at: "<us>" or "<us>,<operation>"
         rows.sort()
         return rows
 
@@ -219,10 +250,12 @@ class RedisCheckpointer:
 
     async def history(self, workflow: str) -> list[Entry]:
         decode = self.codec.decode
-        return [
-            Entry(key, decode(encoding), EPOCH + timedelta(microseconds=int(at)))
-            for _, key, at, encoding in await self._rows(workflow)
-        ]
+        entries = []
+        for _, key, at, encoding in await self._rows(workflow):
+            micros, _, operation = at.partition(",")
+            moment = EPOCH + timedelta(microseconds=int(micros))
+            entries.append(Entry(key, decode(encoding), moment, operation or None))
+        return entries
 
     async def workflows(self, limit: int | None = None) -> list[str]:
         """The ids of workflows holding records under this prefix, sorted, at most ``limit``.
@@ -277,6 +310,8 @@ class RedisCheckpointer:
         check_duration("liveness", liveness, workflow=workflow)
         check_duration("budget", budget, workflow=workflow)
         records, claim = self._keys(workflow)
+        if self._gap is not None:
+            await self._gap("Checkpointer.claim", workflow)
         token = await self._call(
             "claim",
             (claim, records),
@@ -287,7 +322,9 @@ class RedisCheckpointer:
 
     async def renew(self, holder: Pass) -> Pass:
         _, claim = self._keys(holder.workflow)
-        reply = await self._call("renew", (claim,), (str(holder.token),), f"renew of {holder}")
+        if self._gap is not None:
+            await self._gap("Checkpointer.renew", holder.workflow)
+        reply = await self._grouped("renew", (claim,), (str(holder.token),), f"renew of {holder}")
         if reply == 1:
             return holder
         status, detail = reply
@@ -297,6 +334,8 @@ class RedisCheckpointer:
 
     async def release(self, holder: Pass) -> None:
         _, claim = self._keys(holder.workflow)
+        if self._gap is not None:
+            await self._gap("Checkpointer.release", holder.workflow)
         await self._call("release", (claim,), (str(holder.token),), f"release of {holder}")
 
     @staticmethod
@@ -309,25 +348,41 @@ class RedisCheckpointer:
 
     # -- writes ------------------------------------------------------------------
 
-    def _settle(self, holder: Pass, key: str, reply: list[Any], doing: str) -> Recorded:
+    def _settle(
+        self, holder: Pass, key: str, reply: list[Any], doing: str, operation: str = ""
+    ) -> Recorded:
         status, payload = reply
         if status == 0:
             return Recorded(self.codec.decode(as_text(payload)), False)
+        if status == -3:
+            raise KeyReused(holder.workflow, key, as_text(payload), operation)
         raise self._fenced(holder, payload, f"{doing} of {key!r}")
 
     async def record(self, holder: Pass, key: str, value: object) -> Recorded:
+        return await self._record(holder, key, value, "")
+
+    async def record_as(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
+        """``record``, keeping ``operation`` in the packed field beside the record's time; a
+        key whose field names another operation is refused (``KeyReused``) by the same
+        script that would have written it."""
+        check_operation(holder.workflow, key, operation)
+        return await self._record(holder, key, value, operation)
+
+    async def _record(self, holder: Pass, key: str, value: object, operation: str) -> Recorded:
         check_key(holder.workflow, key)
         encoded = self._encode(holder.workflow, key, value)
         records, claim = self._keys(holder.workflow)
-        reply = await self._call(
+        if self._gap is not None:
+            await self._gap("Checkpointer.record", holder.workflow)
+        reply = await self._grouped(
             "record",
             (records, claim),
-            (str(holder.token), key, encoded, self._ttl),
+            (str(holder.token), key, encoded, self._ttl, operation),
             f"record of {key!r} by {holder}",
         )
         if reply == 1:
             return Recorded(self.codec.decode(encoded), True)
-        return self._settle(holder, key, reply, "record")
+        return self._settle(holder, key, reply, "record", operation)
 
     def _check_effect_keys(self, workflow: str, effect: LuaEffect) -> None:
         base = self.hash_key(workflow)
@@ -356,6 +411,8 @@ class RedisCheckpointer:
         records, claim = self._keys(holder.workflow)
         keys = (records, claim, *effect.keys)
         doing = f"transact of {key!r} by {holder}"
+        if self._gap is not None:
+            await self._gap("Checkpointer.transact", holder.workflow)
         try:
             reply = await self._scripts.effect(effect.source)(
                 keys=keys,
@@ -376,7 +433,7 @@ class RedisCheckpointer:
         status, payload = reply
         if status == 1:
             return Recorded(self.codec.decode(as_text(payload)), True)
-        return self._settle(holder, key, reply, "transact")
+        return self._settle(holder, key, reply, "transact", "transact")
 
     async def supply(self, workflow: str, key: str, value: object) -> object:
         check_workflow(workflow)
@@ -384,6 +441,8 @@ class RedisCheckpointer:
         encoded = self._encode(workflow, key, value)
         keys = self._life_keys(workflow)
         doing = f"supply of {key!r} to {workflow!r}"
+        if self._gap is not None:
+            await self._gap("Checkpointer.supply", workflow)
         reply = await self._call("supply", keys, (key, encoded, self._ttl), doing)
         if reply == 1:
             return self.codec.decode(encoded)
@@ -408,6 +467,8 @@ class RedisCheckpointer:
         else:
             marker = SENT_PREFIX + message_id
             doing = f"append to {workflow!r} with message id {message_id!r}"
+        if self._gap is not None:
+            await self._gap("Checkpointer.append", workflow)
         key = await self._call(
             "append",
             keys,
@@ -416,16 +477,95 @@ class RedisCheckpointer:
         )
         return as_text(key)
 
+    # -- writes with a given time (durable.interfaces.Dated, for durable import) -------
+
+    async def supply_at(self, workflow: str, key: str, value: object, at: datetime) -> object:
+        check_workflow(workflow)
+        check_key(workflow, key)
+        check_moment("at", at, workflow=workflow)
+        encoded = self._encode(workflow, key, value)
+        doing = f"supply of {key!r} to {workflow!r} at {at.isoformat()}"
+        args = (key, encoded, self._ttl, _epoch_us(at))
+        reply = await self._call("supply", self._life_keys(workflow), args, doing)
+        if reply == 1:
+            return self.codec.decode(encoded)
+        return self.codec.decode(as_text(reply[1]))
+
+    async def append_at(
+        self, workflow: str, value: object, at: datetime, *, message_id: str | None = None
+    ) -> str:
+        """As ``append`` (always with a marker, for the same reason), the entry at ``at``."""
+        check_workflow(workflow)
+        check_message_id(workflow, message_id)
+        check_moment("at", at, workflow=workflow)
+        encoded = self._encode(workflow, "<inbox>", value)
+        if message_id is None:
+            marker = f"{SENT_PREFIX}call:{uuid.uuid4().hex}"
+        else:
+            marker = SENT_PREFIX + message_id
+        args = (encoded, INBOX_PREFIX, _INBOX_DIGITS, self._ttl, marker, _epoch_us(at))
+        doing = f"append to {workflow!r} at {at.isoformat()}"
+        key = await self._call("append", self._life_keys(workflow), args, doing)
+        return as_text(key)
+
+    async def backdate(
+        self, workflow: str, *, started_at: datetime | None, updated_at: datetime
+    ) -> None:
+        check_workflow(workflow)
+        check_moment("updated_at", updated_at, workflow=workflow)
+        if started_at is not None:
+            check_moment("started_at", started_at, workflow=workflow)
+        life = life_key(self.prefix, workflow)
+        started = "" if started_at is None else _epoch_ms(started_at)
+        args = (_epoch_ms(updated_at), started)
+        found = await self._call("backdate", (life,), args, f"backdate of {workflow!r}")
+        if found[0] != 1:
+            raise UnknownWorkflow(f"no workflow {workflow!r} has a status: nothing to backdate")
+        _, tx, status, kind = found
+        if tx is None or status is None:
+            return
+        # The listing reads newest updated first from the index, so its member moves to
+        # the time given too (best effort, as a drop is: the truth has already moved).
+        zsets = self._zsets(as_text(status), _text(kind))
+        member = member_of(as_text(tx), workflow)
+        try:
+            await self._index_scripts["index_score"](
+                keys=zsets, args=(member, _epoch_us(updated_at))
+            )
+        except DRIVER_ERRORS as error:
+            log.info("left %r at its old place in the status index: %s", workflow, error)
+
     async def discard(self, workflow: str) -> None:
         """Forget the records and the life, raise the fence, then drop the life's member
         from the status index (a crash between leaves a member every listing filters)."""
         check_workflow(workflow)
         doing = f"discard of {workflow!r}"
+        if self._gap is not None:
+            await self._gap("Checkpointer.discard", workflow)
         tx, status, kind = await self._call(
             "discard", self._life_keys(workflow), (self._ttl,), doing
         )
         if tx is not None and status is not None:
             await self._drop(workflow, as_text(tx), as_text(status), _text(kind))
+
+    async def discard_ended(
+        self, workflow: str, *, statuses: frozenset[Status], before: datetime
+    ) -> bool:
+        """discard_ended.lua: the check and the discard in one script; then, as discard
+        does, the life's member dropped from the status index."""
+        check_workflow(workflow)
+        check_ended(workflow, statuses, before)
+        wanted = ",".join(sorted(s.value for s in statuses))
+        args = (self._ttl, wanted, _epoch_ms(before))
+        reply = await self._call(
+            "discard_ended", self._life_keys(workflow), args, f"prune of {workflow!r}"
+        )
+        if reply[0] != 1:
+            return False
+        _, tx, status, kind = reply
+        if tx is not None and status is not None:
+            await self._drop(workflow, as_text(tx), as_text(status), _text(kind))
+        return True
 
     # -- the lifecycle -------------------------------------------------------------
     #
@@ -470,6 +610,7 @@ class RedisCheckpointer:
         args: Callable[[str], tuple[Any, ...]],
         doing: str,
         superseded: Callable[[list[Any]], _Superseded],
+        move: str | None = None,
     ) -> list[Any]:
         """One move of the status: index add, truth script, index drop (see above).
 
@@ -483,6 +624,8 @@ class RedisCheckpointer:
         member = member_of(tx, workflow)
         zsets = self._zsets(status, kind)
         await self._index("index_add", zsets, member, f"indexing the {doing}")
+        if self._gap is not None and move is not None:
+            await self._gap(move, workflow)
         reply: list[Any] = await self._call(script, keys, args(tx), doing)
         old = superseded(reply)
         if old is _OWN:
@@ -527,6 +670,7 @@ class RedisCheckpointer:
             lambda tx: (kind, encoded, queue, tx, self._ttl),
             f"start of {workflow!r} as {kind!r}",
             _moved,
+            "Lifecycle.admit",
         )
         code = reply[0]
         if code == -1:
@@ -563,6 +707,7 @@ class RedisCheckpointer:
             lambda tx: (milliseconds(liveness), milliseconds(budget), self._ttl, owner, tx),
             f"begin of {workflow!r}",
             superseded,
+            "Lifecycle.begin",
         )
         token, before, kind, input, attempts, lost, _ = reply[:7]
         previous = Status(as_text(before)) if before is not None else Status.READY
@@ -580,6 +725,8 @@ class RedisCheckpointer:
         if step is not None and not isinstance(step, str):
             raise TypeError(f"{holder}: beat takes a step key (str) or None, got {step!r}")
         _, claim, life = self._life_keys(holder.workflow)
+        if self._gap is not None:
+            await self._gap("Lifecycle.beat", holder.workflow)
         reply = await self._call(
             "beat", (claim, life), (str(holder.token), step or ""), f"beat of {holder}"
         )
@@ -633,6 +780,7 @@ class RedisCheckpointer:
                 args,
                 f"settle of {holder} as {settlement.status}",
                 _moved,
+                "Lifecycle.settle",
             )
             code = reply[0]
             if code in (1, 2):
@@ -656,6 +804,7 @@ class RedisCheckpointer:
                 lambda tx, kind=kind: (kind or "", tx, self._ttl),  # type: ignore[misc]
                 f"{script} of {workflow!r}",
                 _moved,
+                "Lifecycle.withdraw" if script == "withdraw" else "Lifecycle.readmit",
             )
             if reply[0] != -3:
                 return reply
@@ -919,6 +1068,10 @@ def _moment(ms: str | None) -> datetime | None:
 
 def _epoch_ms(moment: datetime) -> int:
     return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def _epoch_us(moment: datetime) -> int:
+    return (moment - EPOCH) // timedelta(microseconds=1)
 
 
 def _now_ms() -> int:

@@ -11,11 +11,18 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from durable.interfaces import Durable
-from durable.plugins import StorePlugin, Testbed, hookimpl
+from durable.plugins import Gap, StorePlugin, Testbed, hookimpl
 
 __all__ = ["SCHEMES", "durable_store"]
 
-SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+SCHEMES = (
+    "redis",
+    "rediss",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
 
 
 def open_store(url: str, **options: Any) -> AbstractAsyncContextManager[Durable[Any]]:
@@ -25,11 +32,16 @@ def open_store(url: str, **options: Any) -> AbstractAsyncContextManager[Durable[
     return open_redis(url, **options)
 
 
-def testing(url: str | None) -> AbstractAsyncContextManager[Testbed[Any]]:
-    """:func:`durable_redis.testing.testbed`, imported on first use."""
+def testing(
+    url: str | None,
+    *,
+    gap: Gap | None = None,  # noqa: PT028 (a testing hook, not a test)
+) -> AbstractAsyncContextManager[Testbed[Any]]:
+    """:func:`durable_redis.testing.testbed`, imported on first use; ``gap`` is the racing
+    tests' (see :data:`durable.plugins.Gap`)."""
     from durable_redis.testing import testbed
 
-    return testbed(url)
+    return testbed(url, gap=gap)
 
 
 @hookimpl
@@ -39,7 +51,9 @@ def durable_store() -> StorePlugin:
         name="redis",
         schemes=SCHEMES,
         open=open_store,
-        capabilities=frozenset({"transact", "cluster", "enumerate", "lifecycle"}),
+        capabilities=frozenset(
+            {"transact", "cluster", "enumerate", "lifecycle", "queues", "limits", "operations"}
+        ),
         testing=testing,
         distribution="durable-redis",
         description="Redis and Redis Cluster: every guarantee as one Lua script",

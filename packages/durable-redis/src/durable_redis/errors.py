@@ -10,6 +10,7 @@ __all__ = [
     "CrossSlotError",
     "LuaEffectFailed",
     "RedisUnavailable",
+    "ReplicationUnconfirmed",
     "SchemaTooNew",
     "UntaggedKey",
 ]
@@ -95,4 +96,25 @@ class SchemaTooNew(StoreError):
         super().__init__(
             f"the Redis keys under prefix {prefix!r} are at schema version {found}, newer "
             f"than the {supported} this durable-redis reads; upgrade durable-redis"
+        )
+
+
+class ReplicationUnconfirmed(RedisUnavailable):
+    """A write reached the primary but not the number of replicas ``wait_replicas=`` asks
+    for within ``wait_timeout=``.
+
+    The write is on the primary and may be on some replicas, but if the primary failed now
+    a promoted replica might not hold it, so it is never reported as done: the pass stops
+    here, and the next pass finds the write (it survived) or does it again (it did not).
+    A :class:`RedisUnavailable`, so a worker waits it out as an outage, which is what a
+    replica that stopped answering is.
+    """
+
+    def __init__(self, where: str, command: str, confirmed: int, wanted: int, timeout_ms: int):
+        self.confirmed, self.wanted = confirmed, wanted
+        super().__init__(
+            f"{where} took a write ({command}) but only {confirmed} of the {wanted} replicas "
+            f"wait_replicas= asks for confirmed it within {timeout_ms} ms (wait_timeout=); it "
+            "could be lost in a failover, so it is not reported as done. Check the replicas "
+            "(INFO replication) or raise wait_timeout="
         )

@@ -26,6 +26,8 @@ __all__ = [
     "kind_index",
     "life_key",
     "member_of",
+    "queue_base",
+    "ready_stream",
     "schema_key",
     "split_member",
     "status_index",
@@ -121,8 +123,32 @@ def kind_index(prefix: str, kind: str, status: str) -> str:
 
 
 def schema_key(prefix: str) -> str:
-    """The key holding the version of this prefix's layout (``2`` since lifecycle)."""
+    """The key holding the version of this prefix's layout (``2`` since lifecycle, ``3``
+    since queue routing)."""
     return f"{prefix}:schema"
+
+
+# -- the queue's keys ---------------------------------------------------------------------
+#
+# Every key of the scheduler shares one tag, ``{<prefix>}``, so that each of its scripts
+# (make_ready, take, answer, wake_due, cancel) moves a workflow between the deadlines, its
+# current entry, its route and the stream of its queue in one step. One stream per queue:
+# a taker reads only the streams of the queues it serves, so a workflow of another queue is
+# never even looked at. The default queue keeps the stream it had before routing (``:ready``),
+# so a worker of the previous release still serves it during an upgrade.
+
+
+def queue_base(prefix: str) -> str:
+    """The start of every scheduler key: ``prefix:queue:{prefix}``."""
+    return f"{prefix}:queue:{{{prefix}}}"
+
+
+def ready_stream(prefix: str, queue: str) -> str:
+    """The stream of ``queue``'s runnable workflows (queue names, as kind names, hold no
+    ``:``, so ``:ready:<queue>`` never meets another key). Mirrors ``stream_of`` in
+    ``scripts/queue_prelude.lua``."""
+    base = f"{queue_base(prefix)}:ready"
+    return base if queue == "default" else f"{base}:{queue}"
 
 
 def member_of(tx: str, workflow: str) -> str:

@@ -78,10 +78,22 @@ CHECKPOINT_SCRIPTS = (
     "readmit",
     "adopt",
     "status",
+    "backdate",
+    "discard_ended",
 )
-INDEX_SCRIPTS = ("index_add", "index_drop")
+INDEX_SCRIPTS = ("index_add", "index_drop", "index_score")
 """The status index's scripts: their keys are the index's zsets, in a slot of their own."""
-QUEUE_SCRIPTS = ("make_ready", "take", "answer", "wake_due", "cancel")
+QUEUE_SCRIPTS = (
+    "make_ready",
+    "take",
+    "answer",
+    "wake_due",
+    "cancel",
+    "route",
+    "hold",
+    "held",
+    "prioritize",
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -172,6 +184,9 @@ def describe(client: Client) -> str:
     if isinstance(client, RedisCluster):
         first = next(iter(client.nodes_manager.startup_nodes), None)
         return f"the Redis Cluster at {first}" if first else "the Redis Cluster"
+    service = getattr(client.connection_pool, "service_name", None)
+    if service is not None:
+        return f"the Redis primary of Sentinel service {service!r}"
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"Redis at unix:{kwargs['path']}"

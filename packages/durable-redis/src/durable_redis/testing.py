@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from typing import Never
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from durable.plugins import Testbed
+from durable.plugins import Gap, Testbed
 
 from durable_redis.checkpointer import RedisCheckpointer
 from durable_redis.durable import RedisDurable
@@ -156,15 +156,22 @@ async def _server_line(client: Client) -> str:
 
 
 @asynccontextmanager
-async def testbed(url: str | None) -> AsyncIterator[Testbed[LuaEffect]]:
-    """One test's own store: a fresh key prefix on the resolved server, cleaned afterwards."""
+async def testbed(
+    url: str | None,
+    *,
+    gap: Gap | None = None,  # noqa: PT028 (a testing hook, not a test)
+) -> AsyncIterator[Testbed[LuaEffect]]:
+    """One test's own store: a fresh key prefix on the resolved server, cleaned afterwards.
+    ``gap`` (a :data:`durable.plugins.Gap`) is awaited by every move of both handles
+    (``reopen``'s included) just before its script, and by each move across the two stores
+    between its two writes."""
     prefix = f"durable-test-{uuid.uuid4().hex[:12]}"
     test_url = _with_prefix(resolve_url(url), prefix)
-    async with open_redis(test_url) as durable:
+    async with open_redis(test_url, gap=gap) as durable:
 
         @asynccontextmanager
         async def reopen() -> AsyncIterator[RedisDurable]:
-            async with open_redis(test_url) as second:
+            async with open_redis(test_url, gap=gap) as second:
                 yield second
 
         client = durable.checkpointer.client

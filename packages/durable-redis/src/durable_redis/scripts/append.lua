@@ -10,6 +10,8 @@
 -- ARGV[5]  the message-id marker's field (durable.SENT_PREFIX .. the id): the caller's id,
 --          or one the store made for this call alone (see RedisCheckpointer.append); a
 --          call that passes none appends without a marker
+-- ARGV[6]  the entry's moment in microseconds, in place of the server's clock (append_at,
+--          durable.interfaces.Dated); absent or '' for the clock
 --
 -- Answers the key. The key is numbered from the workflow's own record count, which is
 -- also the position the entry is packed with, so the key's order and load's order are
@@ -33,7 +35,11 @@ if marker then
 end
 local position = redis.call('HLEN', KEYS[1])
 local key = ARGV[2] .. string.format('%0' .. ARGV[3] .. 'd', position)
-redis.call('HSET', KEYS[1], key, position .. ':' .. now_us() .. ':' .. ARGV[1])
+local at = ARGV[6]
+if not at or at == '' then
+  at = now_us()
+end
+redis.call('HSET', KEYS[1], key, position .. ':' .. at .. ':' .. ARGV[1])
 if marker then
   redis.call('HSET', KEYS[1], marker, pack(KEYS[1], key))
 end

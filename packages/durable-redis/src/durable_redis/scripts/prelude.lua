@@ -12,6 +12,12 @@
 -- from a listpack (which preserves insertion order) to a hashtable (which does not), and
 -- it keeps the order inside the one key, so there is no second structure to expire in
 -- step with it. The microseconds are the server's TIME at the winning write.
+--
+-- A record written with an operation (record_as: 'step', 'sleep', ...; transact's own
+-- 'transact') carries it after the microseconds, as  <position>:<microseconds>,<operation>:
+-- <encoding>. An operation is a lowercase name (no comma, no colon), so the two colons
+-- still bound the encoding, and a record written before operations were kept, with no
+-- comma, reads as having none: it is refused to no operation.
 
 -- The server's clock, in whole milliseconds. Every lease is measured by it, because the
 -- writers are other machines whose clocks need not agree with each other.
@@ -65,9 +71,29 @@ local function refresh(ttl, records, claim, life)
 end
 
 -- What a record looks like on its winning write: the next position, the moment, the
--- encoding. Positions are the hash's length, so they are distinct and increasing.
-local function pack(records, encoding)
-  return redis.call('HLEN', records) .. ':' .. now_us() .. ':' .. encoding
+-- encoding. Positions are the hash's length, so they are distinct and increasing. ``at``
+-- (microseconds as text) is a moment given by the caller in place of the server's clock:
+-- only supply_at and append_at (durable.interfaces.Dated, for an import) pass one. With an
+-- operation (durable.interfaces.Operational), the moment carries it after a comma.
+local function pack(records, encoding, operation, at)
+  if not at or at == '' then
+    at = now_us()
+  end
+  if operation and operation ~= '' then
+    at = at .. ',' .. operation
+  end
+  return redis.call('HLEN', records) .. ':' .. at .. ':' .. encoding
+end
+
+-- The operation inside a packed record, or nil for one written without.
+local function operation_of(packed)
+  local first = string.find(packed, ':', 1, true)
+  local second = string.find(packed, ':', first + 1, true)
+  local comma = string.find(packed, ',', first + 1, true)
+  if comma and comma < second then
+    return string.sub(packed, comma + 1, second - 1)
+  end
+  return nil
 end
 
 -- The encoding inside a packed record (everything after the second colon).
@@ -80,12 +106,21 @@ end
 -- First writer wins: write the record unless the key holds one, and say whose encoding
 -- is stored. Answers 1 when it is this one (a win, or a tie with an identical earlier
 -- write), {0, stored encoding} otherwise. A losing write writes nothing, not even a TTL.
-local function write_once(records, claim, key, encoding, ttl, life)
-  if redis.call('HSETNX', records, key, pack(records, encoding)) == 1 then
+-- With an operation, a key already recorded by another operation answers {-3, that
+-- operation}, and nothing is written. ``at``: as for ``pack``.
+local function write_once(records, claim, key, encoding, ttl, life, operation, at)
+  if redis.call('HSETNX', records, key, pack(records, encoding, operation, at)) == 1 then
     refresh(ttl, records, claim, life)
     return 1
   end
-  local stored = encoding_of(redis.call('HGET', records, key))
+  local packed = redis.call('HGET', records, key)
+  if operation and operation ~= '' then
+    local kept = operation_of(packed)
+    if kept and kept ~= operation then
+      return {-3, kept}
+    end
+  end
+  local stored = encoding_of(packed)
   if stored == encoding then
     return 1
   end

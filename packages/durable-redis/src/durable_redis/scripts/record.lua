@@ -6,10 +6,12 @@
 -- ARGV[2]  the record's key
 -- ARGV[3]  the record's encoding
 -- ARGV[4]  ttl, ms ('0' for none)
+-- ARGV[5]  the operation that writes it ('' for none: a plain record)
 --
 -- Answers 1 when this write's encoding is the stored one (it won, or it tied with an
 -- identical earlier write), {0, stored encoding} when another write got there first,
--- {-1, current token} when the holder was fenced, in which case nothing was written.
+-- {-1, current token} when the holder was fenced, {-3, recorded operation} when the key
+-- holds a record of another operation; in either case nothing was written.
 --
 -- One script because the fence check and the write it guards, and the HSETNX and the
 -- comparison that says who won, are each only correct as one step: between two round
@@ -20,4 +22,4 @@ local refused = fenced(KEYS[2], ARGV[1])
 if refused then
   return refused
 end
-return write_once(KEYS[1], KEYS[2], ARGV[2], ARGV[3], ARGV[4])
+return write_once(KEYS[1], KEYS[2], ARGV[2], ARGV[3], ARGV[4], nil, ARGV[5])

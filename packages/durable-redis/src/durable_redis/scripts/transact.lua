@@ -20,7 +20,9 @@
 --
 -- Answers {1, encoding} when the effect ran and its result was recorded, {0, stored
 -- encoding} when the key was already recorded (the effect did not run), {-1, current
--- token} when the holder was fenced (the effect did not run), or an error reply
+-- token} when the holder was fenced (the effect did not run), {-3, recorded operation}
+-- when the key holds a record of another operation than 'transact' (the effect did not
+-- run), or an error reply
 -- starting "EFFECT" when the effect failed.
 --
 -- Redis does not roll a script back when it fails part way: writes made before an
@@ -39,6 +41,10 @@ if refused then
 end
 local packed = redis.call('HGET', KEYS[1], ARGV[2])
 if packed then
+  local kept = operation_of(packed)
+  if kept and kept ~= 'transact' then
+    return {-3, kept}
+  end
   return {0, encoding_of(packed)}
 end
 
@@ -83,6 +89,6 @@ if not ok then
   return redis.error_reply('EFFECT ' .. tostring(result))
 end
 
-redis.call('HSET', KEYS[1], ARGV[2], pack(KEYS[1], result))
+redis.call('HSET', KEYS[1], ARGV[2], pack(KEYS[1], result, 'transact'))
 refresh(ARGV[3], KEYS[1], KEYS[2])
 return {1, result}
