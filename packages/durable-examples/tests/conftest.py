@@ -37,12 +37,9 @@ def postgres_url() -> Iterator[str]:
         pytest.skip(f"no Postgres answers at {server} ({error}); set DURABLE_POSTGRES_URL")
     schema = f"demo_{secrets.token_hex(4)}"
     yield _with_option(server, "schema", schema)
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(
-            psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-                psycopg.sql.Identifier(schema)
-            )
-        )
+    from durable_postgres.testing import drop_schema
+
+    drop_schema(server, schema)
 
 
 @pytest.fixture

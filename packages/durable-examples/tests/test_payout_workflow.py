@@ -19,7 +19,7 @@ from durable.interfaces import Fenced, Interruption, Pass
 from durable.memory import MemoryDurable, MemoryEffect
 from durable.run import Blocked, Finished, Outcome, Run, Sleeping, resume
 from durable_examples.fulfilment import fulfilment_workflow
-from durable_examples.gateway import Gateway
+from durable_examples.gateway import Fence, Gateway
 from durable_examples.ledger import Books, audit
 from durable_examples.orders import Line, Order, as_mapping
 from durable_examples.service import OrderFailed, payout
@@ -110,10 +110,12 @@ async def test_a_pass_that_dies_after_the_reservation_does_not_reserve_again(
 
         down = True
 
-        async def capture(self, key: str, amount: int, card: str) -> dict[str, object]:
+        async def capture(
+            self, key: str, amount: int, card: str, *, fence: Fence | None = None
+        ) -> dict[str, object]:
             if self.down:
                 raise ConnectionError("the gateway is unreachable")
-            return await super().capture(key, amount, card)
+            return await super().capture(key, amount, card, fence=fence)
 
     shop = make_shop(tmp_path, Unreachable)
     gateway = shop.gateway
@@ -163,12 +165,14 @@ async def test_after_a_failed_capture_only_that_line_is_asked_again(tmp_path: Pa
 
         failed = False
 
-        async def capture(self, key: str, amount: int, card: str) -> dict[str, object]:
+        async def capture(
+            self, key: str, amount: int, card: str, *, fence: Fence | None = None
+        ) -> dict[str, object]:
             if key.endswith(":Z1") and not self.failed:
                 self.failed = True
-                answer = await super().capture(key, amount, card)
+                answer = await super().capture(key, amount, card, fence=fence)
                 raise ConnectionError(f"the answer {answer} was lost on the way back")
-            return await super().capture(key, amount, card)
+            return await super().capture(key, amount, card, fence=fence)
 
     shop = make_shop(tmp_path, FlakyOnce)
     await shop.submit(SMALL)
@@ -263,10 +267,12 @@ async def test_a_fenced_pass_does_not_compensate_and_the_winner_does(tmp_path: P
         steal: Callable[[], Awaitable[Pass | None]]
         usurper: Pass | None = None
 
-        async def capture(self, key: str, amount: int, card: str) -> dict[str, object]:
+        async def capture(
+            self, key: str, amount: int, card: str, *, fence: Fence | None = None
+        ) -> dict[str, object]:
             if key.endswith(":C1") and self.usurper is None:
                 self.usurper = await self.steal()
-            return await super().capture(key, amount, card)
+            return await super().capture(key, amount, card, fence=fence)
 
     shop = make_shop(tmp_path, Usurped)
     gateway = shop.gateway

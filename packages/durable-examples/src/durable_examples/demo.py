@@ -9,8 +9,10 @@ What it does, in order:
 2. starts two worker processes (``python -m durable_examples.worker``) on the store;
 3. arms a gate in the large order's capture of line L2, so the worker running it stops
    there (the gateway has answered, the record has not landed), and kills that worker with
-   SIGKILL; the other worker reclaims the order once the dead one's claim lapses and
-   finishes it, asking the gateway again under the same idempotency key;
+   SIGKILL; the other worker reclaims the order once the dead one's claim lapses, finds
+   the capture begun and never recorded, and asks the gateway's "look up by idempotency
+   key" (the step's reconcile probe) instead of charging again: "reconciled: the gateway
+   already holds charge ch_…";
 4. approves the large order when its status says it is blocked on ``approval``, with
    ``durable arrive``, as an operator would;
 5. stops the surviving worker with SIGTERM, replays every order once more in this process
@@ -44,7 +46,7 @@ import durable
 from durable.cli import status_line
 from durable.interfaces import Durable, Entry, Interruption, Lifecycle, Status
 from durable.plugins import for_url
-from durable.run import Finished, resume
+from durable.run import STEP_PREFIX, Finished, resume
 from durable.workflows import LifecycleDurable
 
 from durable_examples.fulfilment import fulfilment_workflow
@@ -125,6 +127,7 @@ class Report:
     out: TextIO
     started: float
     checks: list[tuple[bool, str]] = field(default_factory=list)
+    reconciled: str | None = None  # the charge the reclaiming pass reconciled to, once seen
 
     def line(self, text: str = "") -> None:
         print(text, file=self.out, flush=True)
@@ -216,6 +219,7 @@ async def _drive(
     """Watch the orders to the end: kill at the gate, approve when asked. True if all ended."""
     approved: set[str] = set()
     killed = gate is None
+    watching = gate is not None  # for the reclaiming pass's reconcile, once the kill is done
     while pending:
         if not killed and gate is not None and (held := gate.held()) is not None:
             victim = next((w for w in workers if w.process.pid == held.pid), None)
@@ -231,6 +235,12 @@ async def _drive(
             report.event(f"SIGKILL {victim.name}; the other worker must reclaim {held.workflow}")
             gate.open()
             killed = True
+        if killed and watching:
+            reference = await _reconciled(store, *GATED)
+            if reference is not None:
+                watching = False
+                report.reconciled = reference
+                report.event(f"reconciled: the gateway already holds charge {reference}")
         for workflow in list(pending):
             st = await store.status(workflow)
             if st is None:
@@ -254,6 +264,16 @@ async def _drive(
             return False
         await asyncio.sleep(0.1)
     return True
+
+
+async def _reconciled(store: LifecycleDurable[Any], workflow: str, key: str) -> str | None:
+    """The charge a pass reconciled step ``key`` of ``workflow`` to (its probe found it at
+    the gateway, so it was recorded instead of charged again), or ``None`` as yet."""
+    records = await store.checkpointer.load(workflow)
+    marker = f"{STEP_PREFIX}{key}:reconciled:"
+    if key not in records or not any(name.startswith(marker) for name in records):
+        return None
+    return str(as_mapping(records[key]).get("reference"))
 
 
 @dataclass(frozen=True)
@@ -472,9 +492,9 @@ async def run_demo(
         if gate is not None:
             held = next((op for op in operations if op.key == f"{GATED[0]}:{GATED[1]}"), None)
             report.check(
-                held is not None and held.calls >= 2,
-                f"the killed capture was asked again and decided once ({held and held.calls} "
-                "requests)",
+                held is not None and held.calls == 1 and report.reconciled == held.reference,
+                "the killed capture was reconciled, not charged again "
+                f"({held and held.calls} request, reconciled to {report.reconciled})",
             )
 
         report.line()

@@ -7,6 +7,15 @@ first call under a key decides the answer and the gateway keeps it; every later 
 under that key gets the same answer back and moves no money. That is the whole contract
 the workflow relies on, and it is the one Stripe, Adyen and the rest offer.
 
+It also enforces fencing tokens, the other half of what a step hands an effect: a request
+may carry ``fence=(resource, token)`` (the order, and the pass's ``StepContext.fencing_token``).
+The gateway remembers the highest token it has seen per resource and refuses a request
+carrying a lower one with :class:`StaleToken`, so a pass that stalled past its liveness (a
+GC pause, a frozen VM, SIGSTOP) and woke after a newer pass took the workflow over cannot
+act on what it knew before: the store refuses its record, and the gateway its request.
+And it answers "look up by idempotency key" (:meth:`Gateway.look_up`), what a step's
+reconcile probe asks after a crash between a charge and its record.
+
 It keeps its books in a small SQLite file of its own (not the workflow store's), so that
 it outlives the worker processes the demo kills and so that the demo can audit it
 afterwards: ``operation`` holds one row per idempotency key (what was decided) and
@@ -24,7 +33,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["Gateway", "GatewayError", "IdempotencyMismatch", "Operation", "card_limit"]
+__all__ = [
+    "Fence",
+    "Gateway",
+    "GatewayError",
+    "IdempotencyMismatch",
+    "Operation",
+    "Refusal",
+    "StaleToken",
+    "card_limit",
+]
+
+Fence = tuple[str, int]
+"""What a fenced request carries: the resource it acts on, and the pass's fencing token."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS operation (
@@ -42,6 +63,19 @@ CREATE TABLE IF NOT EXISTS call (
     pid             INTEGER NOT NULL,
     at              TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fence (
+    resource        TEXT PRIMARY KEY,
+    token           INTEGER NOT NULL  -- the highest fencing token seen for the resource
+);
+CREATE TABLE IF NOT EXISTS refusal (
+    seq             INTEGER PRIMARY KEY,
+    resource        TEXT NOT NULL,
+    token           INTEGER NOT NULL,  -- what the request carried
+    highest         INTEGER NOT NULL,  -- what the gateway had already seen
+    idempotency_key TEXT NOT NULL,
+    pid             INTEGER NOT NULL,
+    at              TEXT NOT NULL
+);
 """
 
 
@@ -52,6 +86,28 @@ class GatewayError(Exception):
 class IdempotencyMismatch(GatewayError):
     """An idempotency key was reused for a different request, which real gateways refuse:
     it means two different effects were given one identity."""
+
+
+class StaleToken(GatewayError):
+    """The request carried a fencing token below the highest the gateway has seen for its
+    resource: it comes from a pass that has lost the workflow to a newer one."""
+
+    def __init__(self, resource: str, token: int, highest: int) -> None:
+        self.resource, self.token, self.highest = resource, token, highest
+        super().__init__(
+            f"fencing token {token} for {resource!r} is stale: the gateway has seen {highest}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request the gateway refused for a stale fencing token."""
+
+    resource: str
+    token: int
+    highest: int
+    key: str
+    pid: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +172,29 @@ class Gateway:
             raw.close()
 
     def _decide(
-        self, key: str, kind: str, amount: int, decide: Callable[[sqlite3.Connection], _Answer]
+        self,
+        key: str,
+        kind: str,
+        amount: int,
+        decide: Callable[[sqlite3.Connection], _Answer],
+        fence: Fence | None = None,
     ) -> dict[str, object]:
-        """Log the request, then answer what ``key`` already holds, or ``decide`` it now.
+        """Check the fence, log the request, then answer what ``key`` already holds, or
+        ``decide`` it now.
 
         One ``BEGIN IMMEDIATE`` transaction, so two processes asking under one key at once
-        take turns, and the second finds the first one's answer.
+        take turns, and the second finds the first one's answer; and two passes fencing one
+        resource take turns, so the lower token cannot slip in after the higher one.
         """
+        refused: StaleToken | None = None
         with self._connection() as raw:
             raw.execute("BEGIN IMMEDIATE")
             try:
+                if fence is not None:
+                    refused = self._fence(raw, key, fence)
+                if refused is not None:
+                    raw.execute("COMMIT")  # the refusal is kept, for the books
+                    raise refused
                 raw.execute(
                     "INSERT INTO call (idempotency_key, kind, pid, at) VALUES (?, ?, ?, ?)",
                     (key, kind, os.getpid(), _now()),
@@ -157,14 +226,35 @@ class Gateway:
                 raise
         return {"status": answer.status, "amount": answer.amount, "reference": answer.reference}
 
-    def _capture(self, key: str, amount: int, card: str) -> dict[str, object]:
+    def _fence(self, raw: sqlite3.Connection, key: str, fence: Fence) -> StaleToken | None:
+        """Raise the resource's highest token to ``fence``'s, or log and return the refusal
+        when ``fence`` carries a lower one (an equal token is the same pass asking again)."""
+        resource, token = fence
+        row = raw.execute("SELECT token FROM fence WHERE resource = ?", (resource,)).fetchone()
+        if row is not None and token < int(row[0]):
+            raw.execute(
+                "INSERT INTO refusal (resource, token, highest, idempotency_key, pid, at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (resource, token, int(row[0]), key, os.getpid(), _now()),
+            )
+            return StaleToken(resource, token, int(row[0]))
+        raw.execute(
+            "INSERT INTO fence VALUES (?, ?) "
+            "ON CONFLICT (resource) DO UPDATE SET token = max(token, excluded.token)",
+            (resource, token),
+        )
+        return None
+
+    def _capture(
+        self, key: str, amount: int, card: str, fence: Fence | None = None
+    ) -> dict[str, object]:
         def decide(raw: sqlite3.Connection) -> _Answer:
             limit = card_limit(card)
             if limit is not None and amount > limit:
                 return _Answer(amount, "declined", f"over the card's limit of {limit}")
             return _Answer(amount, "captured", f"ch_{key}")
 
-        return self._decide(key, "capture", amount, decide)
+        return self._decide(key, "capture", amount, decide, fence)
 
     def _refund(self, key: str, capture_key: str) -> dict[str, object]:
         def decide(raw: sqlite3.Connection) -> _Answer:
@@ -182,9 +272,32 @@ class Gateway:
     def _payout(self, key: str, amount: int) -> dict[str, object]:
         return self._decide(key, "payout", amount, lambda raw: _Answer(amount, "paid", f"po_{key}"))
 
-    async def capture(self, key: str, amount: int, card: str) -> dict[str, object]:
-        """Capture ``amount`` on ``card`` once per ``key``: ``captured`` or ``declined``."""
-        return await asyncio.to_thread(self._capture, key, amount, card)
+    async def capture(
+        self, key: str, amount: int, card: str, *, fence: Fence | None = None
+    ) -> dict[str, object]:
+        """Capture ``amount`` on ``card`` once per ``key``: ``captured`` or ``declined``.
+
+        With ``fence=(resource, token)``: :class:`StaleToken` (and nothing captured) when
+        the gateway has seen a higher token for ``resource``; else the token is remembered.
+        The request is on its way (in a thread) as soon as this is called, as a real one
+        would be on the wire: cancelling the caller does not recall it."""
+        return await asyncio.to_thread(self._capture, key, amount, card, fence)
+
+    def _look_up(self, key: str) -> dict[str, object] | None:
+        with self._connection() as raw:
+            row = raw.execute(
+                "SELECT amount, status, reference FROM operation WHERE idempotency_key = ?",
+                (key,),
+            ).fetchone()
+        if row is None:
+            return None
+        return {"status": str(row[1]), "amount": int(row[0]), "reference": str(row[2])}
+
+    async def look_up(self, key: str) -> dict[str, object] | None:
+        """What the gateway decided under ``key`` (the answer a request under it got), or
+        ``None`` when no request under it was ever decided: a reconcile probe's question.
+        A look-up is not a request: it is not counted in :meth:`calls`."""
+        return await asyncio.to_thread(self._look_up, key)
 
     async def refund(self, key: str, capture_key: str) -> dict[str, object]:
         """Refund the capture made under ``capture_key``, once per ``key`` (a capture that
@@ -209,3 +322,11 @@ class Gateway:
         """How many requests the gateway has answered, all keys together."""
         with self._connection() as raw:
             return int(raw.execute("SELECT count(*) FROM call").fetchone()[0])
+
+    def refusals(self) -> list[Refusal]:
+        """Every request refused for a stale fencing token, oldest first."""
+        with self._connection() as raw:
+            rows = raw.execute(
+                "SELECT resource, token, highest, idempotency_key, pid FROM refusal ORDER BY seq"
+            ).fetchall()
+        return [Refusal(r[0], int(r[1]), int(r[2]), r[3], int(r[4])) for r in rows]

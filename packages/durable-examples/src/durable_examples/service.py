@@ -13,7 +13,11 @@ Read :func:`payout` from the top; each step says what guarantee it relies on.
 3. Fan out one ``step`` per line item to capture it at the payment gateway. The lines come
    from the data, so the steps are keyed by the line's id (``capture:L2``), never by a
    counter: a key is a step's identity across passes, and the gateway's idempotency key
-   is built from the same id, so a capture repeated after a crash moves no money.
+   is built from the same id, so a capture repeated after a crash moves no money. Each
+   capture also declares a reconcile probe (the gateway's "look up by idempotency key"):
+   a pass that finds a capture begun and never recorded asks the gateway first, and
+   records what it holds instead of charging again; and each is fenced by the pass's
+   token, so a stalled pass that lost the order cannot charge after the new one did.
 4. ``sleep`` through the settlement window (the deadline is recorded, so a restart does
    not push it back).
 5. Above the approval threshold, ``awaiting`` a person's decision, which arrives from
@@ -37,7 +41,7 @@ from typing import Any, TypeVar
 from durable import RetryPolicy, Workflows
 from durable.interfaces import Checkpointer
 from durable.parsers import as_is
-from durable.run import Run
+from durable.run import Run, StepContext
 
 from durable_examples.fulfilment import fulfil
 from durable_examples.gate import Gate
@@ -204,15 +208,34 @@ def _process(
     async def capture(run: Run[E], order: Order, line: Line) -> Capture:
         key = capture_key(run.workflow, line.id)
 
-        async def charge() -> object:
-            answer = await gateway.capture(key, line.amount, order.card)
+        async def charge(context: StepContext) -> object:
+            # Fenced by the order and this pass's token: a pass that stalled past its
+            # liveness and wakes after a newer one took the order over is refused here.
+            fence = (run.workflow, context.fencing_token)
+            answer = await gateway.capture(key, line.amount, order.card, fence=fence)
             if gate is not None:
                 # The money has moved and the record has not landed: the crash that makes an
                 # idempotency key necessary, held open for the demo to kill the worker in.
                 await gate.passing(run.workflow, f"capture:{line.id}")
             return {"line": line.id, **answer}
 
-        return await run.step(f"capture:{line.id}", charge, as_capture)
+        async def look_up(context: StepContext) -> object:
+            # Asked by a later pass that finds this capture begun and never recorded (the
+            # worker died in between): if the gateway holds it, that is the step's value,
+            # and the card is not asked again.
+            found = await gateway.look_up(key)
+            if found is None:
+                return None
+            log.info(
+                "%s: reconciled: the gateway already holds charge %s",
+                run.workflow,
+                found["reference"],
+            )
+            return {"line": line.id, **found}
+
+        return await run.step(
+            f"capture:{line.id}", charge, as_capture, reconcile=look_up, context=True
+        )
 
     async def compensate(
         run: Run[E], order: Order, captures: Sequence[Capture], failure: OrderFailed

@@ -1,0 +1,8 @@
+"""Makes this folder's helpers (``dashboard_browser``, ``dashboard_fill``) importable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
