@@ -22,7 +22,10 @@ script checks the artefacts a user would get, the way a user would get them:
    record / load round trip survives a second connection, and no other store's driver is
    importable;
 5. then the conformance suite's wheel, installed the same way, run as a third party runs it:
-   ``pytest --durable-store=NAME`` from an empty directory outside the repository.
+   ``pytest --durable-store=NAME`` from an empty directory outside the repository;
+6. ``durable-pydantic-ai`` alone in a fresh virtualenv: its wheel and the core's (its two
+   dependencies, ``durable-core`` and ``pydantic-ai-slim``, the latter from the index), no
+   store importable, and an agent run recorded and replayed on the core's memory store.
 
 Stdlib only, so it runs under any Python 3.11+: ``hatch run python .ci/packaging.py`` (the
 hatch environment provides ``twine`` and ``check-jsonschema``) or plain ``python3`` (the two
@@ -108,7 +111,12 @@ STORES = (
     ),
 )
 CONFORMANCE = Dist("durable-conformance", "conformance", "durable_conformance")
-PUBLISHED = (CORE, *STORES, CONFORMANCE)
+DASHBOARD = Dist("durable-dashboard", "packages/durable-dashboard", "durable_dashboard")
+PYDANTIC_AI = Dist("durable-pydantic-ai", "packages/durable-pydantic-ai", "durable_pydantic_ai")
+PUBLISHED = (CORE, *STORES, CONFORMANCE, DASHBOARD, PYDANTIC_AI)
+# What durable-pydantic-ai may bring besides the core: Pydantic AI's slim distribution (and
+# what that requires), never a store.
+PYDANTIC_AI_DEPENDENCIES = {"durable-core", "pydantic-ai-slim"}
 PRIVATE = ("packages/durable-bench", "packages/durable-examples")
 PRIVATE_CLASSIFIER = "Private :: Do Not Upload"
 
@@ -116,7 +124,8 @@ REQUIRED_CLASSIFIERS = ("Framework :: AsyncIO", "Typing :: Typed")
 REQUIRED_URLS = ("Homepage", "Documentation", "Source", "Changelog", "Issues")
 REQUIRES_PYTHON = ">=3.11"
 LICENSE = "Apache-2.0"
-# What durable-core may depend on at run time (the contract: pluggy, typing_extensions).
+# What durable-core requires at run time (the contract: pluggy, typing_extensions). Extras,
+# such as `cron` (cronsim, for cron schedules), are optional and not counted here.
 CORE_DEPENDENCIES = {"pluggy", "typing-extensions"}
 
 DEFAULT_URLS = {
@@ -368,7 +377,8 @@ def metadata_problems(dist: Dist, core_version: str) -> list[str]:
     if dist is CORE:
         extra = sorted(set(names) - CORE_DEPENDENCIES)
         if extra:
-            say(f"durable-core depends on {extra}; the contract allows pluggy, typing_extensions")
+            allowed = ", ".join(sorted(CORE_DEPENDENCIES))
+            say(f"durable-core depends on {extra}; the contract allows {allowed}")
     else:
         core_specs = names.get("durable-core")
         if core_specs is None:
@@ -392,6 +402,11 @@ def metadata_problems(dist: Dist, core_version: str) -> list[str]:
         for other in PUBLISHED:
             if other is not CORE and normalize(other.name) in names:
                 say(f"depends on {other.name}; a distribution depends on durable-core only")
+    if dist is PYDANTIC_AI and set(names) != PYDANTIC_AI_DEPENDENCIES:
+        say(
+            f"durable-pydantic-ai depends on {sorted(names)}; it may depend on "
+            f"{', '.join(sorted(PYDANTIC_AI_DEPENDENCIES))} only"
+        )
     if dist.store is not None:
         for other in STORES:
             if other is dist:
@@ -991,6 +1006,101 @@ def check_store(store: Dist, out: Path, scratch: Path, conformance: bool) -> Rep
     return report
 
 
+AGENT_SMOKE = textwrap.dedent(
+    """
+    # An agent run as a workflow, from the installed wheels alone: a scripted model stands in
+    # for a real one, the memory store (in the core) for a server. Prints "ok ..." per check.
+    import asyncio
+
+    import durable
+    from durable.run import Finished, resume
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from durable_pydantic_ai import Durability, run_agent
+
+    calls = []
+
+
+    def model(messages, info):
+        calls.append(len(messages))
+        if len(calls) == 1:
+            return ModelResponse(parts=[ToolCallPart("double", {"n": 21}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("42")])
+
+
+    agent = Agent(FunctionModel(model), name="smoke", capabilities=[Durability()])
+
+
+    @agent.tool_plain
+    def double(n: int) -> int:
+        return 2 * n
+
+
+    async def body(run):
+        return (await run_agent(run, agent, "double 21")).output
+
+
+    async def main():
+        async with durable.open("memory://") as store:
+            assert await resume(store, "wf", body) == Finished("42")
+            assert await resume(store, "wf", body) == Finished("42")
+            keys = list(await store.checkpointer.load("wf"))
+        assert keys == ["agent:model:1", "agent:tool:1:c1", "agent:model:2"], keys
+        assert len(calls) == 2, calls
+        print("ok an agent run records its model requests and tool call, and replays them")
+
+
+    asyncio.run(main())
+    """
+)
+
+
+def check_pydantic_ai(out: Path, scratch: Path) -> Report:
+    """durable-pydantic-ai installs alone, with its two dependencies: its wheel and the
+    core's from the local build, pydantic-ai-slim from the index, and no store."""
+    report = Report()
+    dist = PYDANTIC_AI
+    report.say(f"\n-- {dist.name}")
+    workdir = Path(tempfile.mkdtemp(prefix="pydantic-ai-", dir=scratch))
+    venv = workdir / "venv"
+    outside = workdir / "outside"
+    outside.mkdir()
+    made = run([base_python(), "-m", "venv", venv], timeout=120)
+    if not report.add(
+        f"{dist.name}: fresh virtualenv",
+        PASSED if made.ok else FAILED,
+        "" if made.ok else tail(made.output),
+    ):
+        return report
+    core_wheel, _ = artefacts(CORE, out)
+    wheel, _ = artefacts(dist, out)
+    installed = pip_install(venv, [core_wheel, wheel], outside)
+    if not report.add(
+        f"{dist.name}: pip install {core_wheel.name} {wheel.name}",
+        PASSED if installed.ok else FAILED,
+        f"{installed.seconds:.1f}s" if installed.ok else tail(installed.output),
+    ):
+        return report
+    forbidden = [m for store in STORES for m in (*store.drivers, store.package)]
+    forbidden.append(CONFORMANCE.package)
+    expected = {CORE.name: version_of(CORE), dist.name: version_of(dist)}
+    report.check(
+        f"{dist.name}: durable-* distributions came from the local build only, no store",
+        provenance(venv, out, expected, forbidden, workdir),
+    )
+    smoke = workdir / "agent_smoke.py"
+    smoke.write_text(AGENT_SMOKE)
+    ran = run([venv_python(venv), smoke], cwd=outside, env=clean_env(venv), timeout=SMOKE_TIMEOUT)
+    report.add(
+        f"{dist.name}: an agent run recorded and replayed on the memory store",
+        PASSED if ran.ok else FAILED,
+        "" if ran.ok else tail(ran.output, 40),
+    )
+    return report
+
+
 # ---------------------------------------------------------------------------------------
 # Entry points
 
@@ -1065,10 +1175,18 @@ def check(args: argparse.Namespace) -> int:
                 done = future.result()
                 done.flush()
                 report.results.extend(done.results)
+        if PYDANTIC_AI in built and CORE in built:
+            done = check_pydantic_ai(out, scratch)
+            done.flush()
+            report.results.extend(done.results)
+        else:
+            report.add(
+                f"{PYDANTIC_AI.name}: install", SKIPPED, "not attempted: a wheel did not build"
+            )
     return tally(report, started)
 
 
-TAG = re.compile(r"^(?P<name>durable-[a-z]+)-v(?P<version>\d[0-9A-Za-z.]*)$")
+TAG = re.compile(r"^(?P<name>durable-[a-z]+(?:-[a-z]+)*)-v(?P<version>\d[0-9A-Za-z.]*)$")
 
 
 def release(args: argparse.Namespace) -> int:
