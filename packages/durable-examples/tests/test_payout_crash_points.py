@@ -4,9 +4,10 @@
 can die, then once per boundary: killed there (its claim abandoned, left to lapse),
 resumed by a fresh pass on a fresh handle, run to the end. After each, the books must be
 right: the stock reservation (a ``transact``) moved exactly once, every gateway request
-(a ``step`` behind an idempotency key) asked at most twice and decided once, and the
-order paid. A deliberately broken variant, loyalty points counted in a ``step`` rather
-than a ``transact``, is caught and the report names its step.
+(a ``step`` behind an idempotency key) asked at most twice and decided once, each capture
+(a step with a reconcile probe) asked exactly once, and the order paid. A deliberately
+broken variant, loyalty points counted in a ``step`` rather than a ``transact``, is caught
+and the report names its step.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def payout_scenario(tmp_path: Path, *, points_in_a_step: bool = False) -> Any:
             operations = gateway.operations()
             assert sorted(op.kind for op in operations) == ["capture", "capture", "payout"]
             assert all(op.calls <= 2 for op in operations), operations
+            # A capture declares a reconcile probe: a crash between the charge and its record
+            # is looked up on the next pass, never charged again.
+            assert all(op.calls == 1 for op in operations if op.kind == "capture"), operations
             records = await kit.durable.checkpointer.load(SMALL.id)
             assert isinstance(records["outcome"], dict)
             assert records["outcome"]["status"] == "paid"
