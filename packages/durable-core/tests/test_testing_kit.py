@@ -29,6 +29,52 @@ async def test_a_fresh_store_per_testbed_and_the_fixture(durable_testbed: Any) -
         assert "k" in await first.durable.checkpointer.load("w")
 
 
+async def test_a_testbeds_store_is_removed_when_it_closes(durable_testbed: Any) -> None:
+    async with durable_testbed() as kit:
+        await kit.durable.arrive("w", "k", 1)
+        url = kit.testbed.url
+        name = kit.name
+        if name != "memory":  # the look finds the store while it is open
+            assert await _store_left_behind(name, url), f"nothing found of {url}"
+    assert not await _store_left_behind(name, url), f"the {name} store at {url} was left behind"
+
+
+async def _store_left_behind(name: str, url: str | None) -> bool:
+    """Whether anything of the store at ``url`` is still there (by the store's own means)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    if name == "memory" or url is None:
+        return False  # one object, gone with its handle
+    parts = urlsplit(url)
+    if name == "sqlite":
+        import os.path
+
+        return os.path.exists(parts.path)  # noqa: ASYNC240 (a test's one look at a local file)
+    option = parse_qs(parts.query)
+    if name == "postgres":
+        import psycopg
+
+        server = url.split("?", 1)[0]
+        schema = option["schema"][0]
+        async with await psycopg.AsyncConnection.connect(server) as connection:
+            cursor = await connection.execute(
+                "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+                (schema,),
+            )
+            row = await cursor.fetchone()
+        return row is not None and row[0] > 0
+    if name == "redis":
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(url.split("?", 1)[0])
+        try:
+            prefix = option["prefix"][0]
+            return any([key async for key in client.scan_iter(match=f"{prefix}*", count=1000)])
+        finally:
+            await client.aclose()
+    pytest.skip(f"no way to look for what the {name} store leaves behind")
+
+
 async def test_thirty_days_of_sleep_and_an_hour_of_backoff_in_no_real_time(
     durable_testbed: Any,
 ) -> None:
