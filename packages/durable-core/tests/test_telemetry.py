@@ -329,6 +329,50 @@ async def test_failures_retries_and_waits_are_counted_and_marked(otel: Otel) -> 
     )
 
 
+ledger_registry = Workflows()
+
+
+@ledger_registry.kind("ledger")
+async def ledger(run: Run[Any], _: object) -> str:
+    def reserve(data: dict[str, object]) -> object:
+        data["reserved"] = 1
+        return 1
+
+    reserved = await run.transact("reserve", reserve, as_is)
+    note = await run.receive("note", as_is)
+    return f"{reserved}:{note}"
+
+
+async def test_a_transact_and_a_receive_are_spans_of_their_own(otel: Otel) -> None:
+    store = MemoryDurable()
+    await store.start("ledger", "ledger-1")
+    stop = asyncio.Event()
+    worker = asyncio.ensure_future(work(store, ledger_registry, stop=stop, poll=FAST, tick=FAST))
+    try:
+        await _until(store, "ledger-1", Status.BLOCKED)
+        await store.send("ledger-1", "thanks")
+        await _until(store, "ledger-1", Status.FINISHED)
+    finally:
+        stop.set()
+        await worker
+    spans = otel.finished()
+    by_name = {s.name: s for s in spans if s.name in ("durable.transact", "durable.receive")}
+    assert set(by_name) == {"durable.transact", "durable.receive"}, [s.name for s in spans]
+    transact = by_name["durable.transact"].attributes or {}
+    assert (transact["durable.key"], transact["durable.outcome"]) == ("reserve", "done")
+    receives = [
+        (s.attributes or {})["durable.outcome"] for s in spans if s.name == "durable.receive"
+    ]
+    assert receives == ["suspended", "done"], receives
+    passes = [s for s in spans if s.name == "durable.pass"]
+    assert len(passes) == 2
+    assert all(
+        s.parent is not None and s.parent.span_id in {p.context.span_id for p in passes}
+        for s in spans
+        if s.name in ("durable.transact", "durable.receive")
+    )
+
+
 async def test_the_queue_gauges_count_ready_workflows_and_the_oldest_wait(otel: Otel) -> None:
     store = MemoryDurable()
     for i in range(3):
