@@ -312,6 +312,49 @@ async def test_a_tool_step_gets_one_idempotency_key_and_runs_once_across_passes(
     assert records["billing:tool:1:c:step"] == "ch_4500"
 
 
+class Crash(BaseException):
+    """The process dies here: nothing after it runs, nothing is recorded."""
+
+
+async def test_a_tool_step_with_a_reconcile_probe_is_looked_up_not_run_again() -> None:
+    gateway: dict[str, str] = {}
+    charges: list[str] = []
+
+    def charge_model(messages: list[Any], info: Any) -> Any:
+        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("charge", {"cents": 4500}, tool_call_id="c")])
+        return ModelResponse(parts=[TextPart("charged")])
+
+    from pydantic_ai.models.function import FunctionModel
+
+    agent = Agent(FunctionModel(charge_model), name="billing", capabilities=[Durability()])
+
+    @agent.tool_plain
+    async def charge(cents: int) -> str:
+        async def at_gateway(context: StepContext) -> str:
+            charges.append(context.idempotency_key)
+            gateway[context.idempotency_key] = f"ch_{cents}"
+            raise Crash  # the charge went through; the process died before its record
+
+        def look_up(context: StepContext) -> str | None:
+            return gateway.get(context.idempotency_key)
+
+        return await step(at_gateway, str, reconcile=look_up)
+
+    async def body(run: Any) -> object:
+        return (await run_agent(run, agent, "charge 45 EUR", key="billing")).output
+
+    async with durable.open("memory://") as store:
+        with pytest.raises(Crash):
+            await resume(store, "agent-7", body)
+        assert await resume(store, "agent-7", body) == Finished("charged")
+        records = await store.checkpointer.load("agent-7")
+    assert charges == [idempotency_key("agent-7", "billing:tool:1:c:step")], "charged again"
+    assert records["billing:tool:1:c:step"] == "ch_4500"
+
+
 async def test_a_wait_with_a_timeout_is_refused_naming_the_deadline_instead(
     counted: dict[str, Path],
 ) -> None:
