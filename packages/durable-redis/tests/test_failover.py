@@ -46,6 +46,13 @@ async def test_wait_options_are_checked_before_anything_is_opened() -> None:
     with pytest.raises(ValueError, match="wait_timeout= needs wait_replicas="):
         async with open_redis("redis://127.0.0.1:1/0?wait_timeout=1"):
             pass
+    # The same options as keywords, checked the same way.
+    with pytest.raises(ValueError, match="wait_replicas= must be 1 or more"):
+        async with open_redis("redis://127.0.0.1:1/0", wait_replicas=0):
+            pass
+    with pytest.raises(ValueError, match="wait_timeout= needs wait_replicas="):
+        async with open_redis("redis://127.0.0.1:1/0", wait_timeout=timedelta(seconds=1)):
+            pass
 
 
 @needs_binaries
@@ -67,6 +74,19 @@ async def test_a_write_no_replica_confirms_is_a_store_error_never_a_success() ->
             assert (await checkpointer.record(holder, "after", 3)).first
             # The connection is in step after the refusal: reads answer what they should.
             assert await checkpointer.load("wf-1") == {"before": 1, "while-alone": 2, "after": 3}
+        # The keyword form waits the same way.
+        keywords = {"wait_replicas": 1, "wait_timeout": timedelta(milliseconds=200)}
+        async with open_redis(f"{servers.primary.url}?prefix=keywords", **keywords) as store:
+            checkpointer = store.checkpointer
+            holder = await checkpointer.claim("wf-2", liveness=LIVENESS, budget=BUDGET)
+            assert holder is not None
+            servers.replicas[0].pause()
+            try:
+                with pytest.raises(ReplicationUnconfirmed, match="0 of the 1 replicas"):
+                    await checkpointer.record(holder, "while-alone", 2)
+            finally:
+                servers.replicas[0].resume()
+            assert (await checkpointer.record(holder, "after", 3)).first
 
 
 @needs_binaries
