@@ -131,6 +131,33 @@ async def test_a_parent_blocks_without_a_claim_until_its_child_ends_and_starts_i
     assert records[PARENT_KEY] == {"workflow": "p1", "key": "c"}
 
 
+async def test_a_child_given_its_id_is_started_under_it_and_linked_to_its_parent(
+    store: LifecycleDurable[Any],
+) -> None:
+    workflows = Workflows()
+
+    @workflows.kind("named-child")
+    async def child(run: Run[Any], n: int) -> int:
+        return n * 2
+
+    @workflows.kind("named-parent")
+    async def parent(run: Run[Any], _: object) -> int:
+        handle = await run.start_child(child, "c", 21, workflow="invoice-21")
+        assert handle.workflow == "invoice-21"
+        return await run.outcome(handle, exactly(int))
+
+    async def scenario() -> None:
+        handle = await store.start(parent, "p-named")
+        assert await handle.result(timeout=PATIENCE) == 42
+
+    await serving(store, workflows, scenario)
+    page = await store.list(kind="named-child")
+    assert [s.workflow for s in page.statuses] == ["invoice-21"], "not started under its id"
+    assert await store.status("p-named/c") is None, "started under the derived id as well"
+    records = await store.checkpointer.load("invoice-21")
+    assert records[PARENT_KEY] == {"workflow": "p-named", "key": "c"}
+
+
 async def _is(store: LifecycleDurable[Any], workflow: str, status: Status) -> bool:
     return await status_of(store, workflow) is status
 
