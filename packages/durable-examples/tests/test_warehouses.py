@@ -36,14 +36,14 @@ ORDER: dict[str, Any] = {
 }
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "memory":
         yield "memory://"
     elif request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
     else:
-        yield request.getfixturevalue("postgres_url")
+        yield request.getfixturevalue(f"{request.param}_url")
 
 
 @pytest.fixture
