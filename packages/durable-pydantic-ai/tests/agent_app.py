@@ -24,7 +24,7 @@ from durable.run import Run
 from durable.workflows import Workflows
 from durable_pydantic_ai import Durability, agent_kind, current_run, transact
 from pydantic_ai import Agent
-from pydantic_ai.capabilities import RequestInput
+from pydantic_ai.capabilities import HandleDeferredToolCalls
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -115,7 +115,7 @@ def _ask(ctx: Any, requests: Any, token: str) -> None:
 def build(approval: bool) -> Agent[None, str]:
     capabilities: list[Any] = [Durability()]
     if approval:
-        capabilities.append(RequestInput(ask=_ask))
+        capabilities.append(HandleDeferredToolCalls(_ask))
     agent = Agent(FunctionModel(script), name="support", capabilities=capabilities)
 
     @agent.tool_plain

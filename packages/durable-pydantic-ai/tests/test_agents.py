@@ -358,14 +358,14 @@ async def test_a_tool_step_with_a_reconcile_probe_is_looked_up_not_run_again() -
 async def test_a_wait_with_a_timeout_is_refused_naming_the_deadline_instead(
     counted: dict[str, Path],
 ) -> None:
-    from pydantic_ai.capabilities import RequestInput
+    from pydantic_ai.capabilities import HandleDeferredToolCalls
 
     agent = Agent(
         agent_app.agent.model,
         name="support",
         capabilities=[
             Durability(),
-            RequestInput(ask=lambda *_: None, timeout=timedelta(hours=1)),
+            HandleDeferredToolCalls(lambda ctx, requests, token: None, timeout=timedelta(hours=1)),
         ],
     )
 

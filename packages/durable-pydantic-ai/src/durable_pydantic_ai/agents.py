@@ -104,7 +104,7 @@ def agent_kind(
     ``name`` defaults to the agent's name. ``deps`` builds the agent's dependencies for a
     pass from its ``Run`` (a client, a connection): they are not recorded, so they must not
     decide anything a replay would decide otherwise. With ``workflows`` the kind is also
-    registered there. An approval the agent waits for (``RequestInput``) blocks the
+    registered there. An approval the agent waits for (``HandleDeferredToolCalls``) blocks the
     workflow on its key until ``durable arrive`` supplies it.
     """
     kind_name = name or agent.name

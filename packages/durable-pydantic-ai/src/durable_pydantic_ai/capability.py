@@ -16,7 +16,7 @@ Keys, under the agent run's prefix (``agent`` unless ``run_agent`` is given anot
   gave the call, which the recorded response replays (the turn too, because some models
   number their calls afresh each turn);
 - ``<prefix>:input:<name>:<n>`` and ``...:ask``: the ``n``-th wait for outside input of that
-  name (``RequestInput``'s approvals), and what its ``ask`` answered;
+  name (``HandleDeferredToolCalls``' approvals), and what its ``ask`` answered;
 - ``<prefix>:<kind>:<n>`` for everything else Pydantic AI routes through an engine
   (discovery of MCP and dynamic toolsets, event-handler deliveries, capability
   operations): the ``n``-th of that kind in the run, which is stable because a replay asks
@@ -290,7 +290,8 @@ class _Backend(DurableOperationBackend[None]):
 
 
 class _Waiter(ExternalEventWaiter):
-    """A wait for outside input (``RequestInput``: approvals, answers) as ``Run.awaiting``.
+    """A wait for outside input (approvals, answers: ``HandleDeferredToolCalls`` with a
+    handler that takes the resume token) as ``Run.awaiting``.
 
     The token handed to ``ask`` is the key to supply the answer under, so that
     ``durable arrive URL WORKFLOW KEY VALUE`` (or ``Durable.arrive``) resumes the run, on any
@@ -336,7 +337,8 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
 
     Outside a workflow (an ``agent.run`` of your own) it changes nothing: the run is an
     ordinary, non-durable one. Inside ``run_agent``, every model request and tool call is
-    a step of the workflow, and a wait for outside input (``RequestInput``) is an awaiting.
+    a step of the workflow, and a wait for outside input (``HandleDeferredToolCalls``) is an
+    awaiting.
 
     ``event_stream_handler`` receives the model's stream events live, inside the model
     request's step: a request replayed from the record streams nothing again. ``models``
