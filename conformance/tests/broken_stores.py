@@ -1149,6 +1149,30 @@ class ForgetsPriority(MemoryScheduler):
         return delivery
 
 
+class IgnoresPriority(MemoryScheduler):
+    """``prioritize`` checks its arguments and keeps nothing: a limited queue hands out in
+    the order its workflows became ready, whatever their priority."""
+
+    async def prioritize(self, workflow: str, priority: int) -> None:
+        check_workflow(workflow)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"workflow {workflow!r}: a priority is an int, got {priority!r}")
+        await asyncio.sleep(0)
+
+
+class HoldsInName(MemoryScheduler):
+    """``hold`` answers as it should (refused for a lapsed, answered or re-handed slot) and
+    never pushes the slot's deadline: a pass longer than the lease loses its slot to the
+    next take while it runs."""
+
+    async def hold(self, delivery: Delivery, liveness: timedelta) -> bool:
+        check_duration("liveness", liveness, workflow=delivery.workflow)
+        await asyncio.sleep(0)
+        slot = self._slots.get(delivery.workflow)
+        now = self.clock.now()
+        return slot is not None and slot.receipt == delivery.receipt and slot.live_until > now
+
+
 # -- writes that take a time (issue 17: an import keeps a workflow's times) -------------------
 
 
@@ -1677,6 +1701,18 @@ FORGETS_PRIORITY = Broken(
     scheduler=ForgetsPriority,
     capabilities=MEMORY_CAPABILITIES | {"queues", "limits"},
     breaks="a priority is spent on the first hand-out",
+)
+IGNORES_PRIORITY = Broken(
+    "ignores-priority",
+    scheduler=IgnoresPriority,
+    capabilities=MEMORY_CAPABILITIES | {"queues", "limits"},
+    breaks="prioritize keeps nothing",
+)
+HOLDS_IN_NAME = Broken(
+    "holds-in-name",
+    scheduler=HoldsInName,
+    capabilities=MEMORY_CAPABILITIES | {"queues", "limits"},
+    breaks="hold answers and never pushes the slot's deadline",
 )
 # writes that take a time (issue 17)
 IGNORES_THE_TIME = Broken(

@@ -112,6 +112,8 @@ BROKEN = {
     "takes-back-on-lowering": "TAKES_BACK_ON_LOWERING",
     "holds-any-slot": "HOLDS_ANY_SLOT",
     "forgets-priority": "FORGETS_PRIORITY",
+    "ignores-priority": "IGNORES_PRIORITY",
+    "holds-in-name": "HOLDS_IN_NAME",
     "trusts-operation-names": "TRUSTS_OPERATION_NAMES",
 }
 """Entry point name -> object in durable_broken_stores."""

@@ -355,6 +355,18 @@ CASES = [
     Case("takes-back-on-lowering", "limits.lowering-takes-nothing-back", "test_limits"),
     Case("holds-any-slot", "limits.hold-refused-once-lapsed-or-handed-anew", "test_limits"),
     Case("forgets-priority", "limits.priority-kept-across-passes", "test_limits"),
+    Case(
+        "ignores-priority",
+        "limits.priority-first",
+        "test_limits",
+        frozenset({"limits.priority-kept-across-passes"}),
+    ),
+    Case(
+        "holds-in-name",
+        "limits.hold-keeps-the-slot",
+        "test_limits",
+        frozenset({"limits.every-take-honours-the-limits"}),
+    ),
     Case("trusts-operation-names", "operations.bad-names-refused", "test_operations"),
 ]
 
