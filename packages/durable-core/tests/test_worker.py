@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import durable.children as durable_children
 import pytest
 from durable.clock import ManualClock
 from durable.durable import SplitDurable
@@ -1294,7 +1295,19 @@ async def test_an_input_the_kind_refuses_fails_the_workflow_at_once(clock: Manua
     assert "expected int, got str 'a lot'" in st.failure.message
 
 
-async def test_a_value_the_store_cannot_keep_is_the_bodys_failure(clock: ManualClock) -> None:
+async def test_a_value_the_store_cannot_keep_is_the_bodys_failure(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settled again as the body's failure, and the first settle's telling of a parent is
+    closed, not left unawaited (a RuntimeWarning at garbage collection)."""
+    tellings: list[Any] = []
+    report = durable_children.report
+
+    def kept(*args: Any) -> Any:
+        tellings.append(report(*args))
+        return tellings[-1]
+
+    monkeypatch.setattr(durable_children, "report", kept)
     durable, spy = spied(clock)
     registry = Workflows()
 
@@ -1308,6 +1321,8 @@ async def test_a_value_the_store_cannot_keep_is_the_bodys_failure(clock: ManualC
     st = await status_of(durable)
     assert st.failure is not None
     assert (st.status, st.failure.type) == (Status.FAILED, "durable.codec.UnencodableValue")
+    assert len(tellings) == 2, tellings  # the finished outcome's, then the failure's
+    assert all(t.cr_frame is None for t in tellings), "a telling was neither sent nor closed"
 
 
 async def test_the_outcome_lands_before_the_answer_so_a_lost_answer_runs_nothing_again(

@@ -624,6 +624,12 @@ async def _settle_and_reply(
             workflow=delivery.workflow,
         )
         return
+    except BaseException:
+        # Not settled (an outcome the store cannot keep, which the caller settles again as
+        # the body's failure, with a telling of its own): this telling is never sent.
+        if after is not None:
+            cast("Coroutine[Any, Any, None]", after).close()
+        raise
     else:
         if after is not None and not await _tell_parent(after, delivery.workflow, outage):
             return
