@@ -537,7 +537,10 @@ async def test_limits_a_priority_is_kept_across_wake_ups_and_passes(
     first = await take()
     assert first.workflow == high, f"handed out {first.workflow} before the priority 5"
     await asyncio.sleep(0.01)
-    await store.scheduler.wake_at(first, datetime.now(UTC))
+    # Due already by a store clock that reads whole milliseconds (SQLite's), and still after
+    # the others became ready (15 ms and more before this), so that a forgotten priority
+    # would hand them out first.
+    await store.scheduler.wake_at(first, datetime.now(UTC) - timedelta(milliseconds=5))
     woken = await take()
     assert woken.workflow == high, (
         f"after a wake-up {woken.workflow} was handed out before the priority 5: the "
