@@ -9,12 +9,11 @@ Each test runs on one node and on a 3-primary cluster.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
-from durable.interfaces import Fenced, Pass, Settlement, Status
-from durable.plugins import GAP_MOVES
-from durable_conformance.suite._gaps import Gaps, InjectedFailure, race
+from durable.interfaces import Fenced, Pass
+from durable_conformance.suite._gaps import Gaps, InjectedFailure, make_every_move, race
 from durable_redis import RedisDurable, testing
 
 LIVENESS = timedelta(seconds=30)
@@ -80,52 +79,5 @@ async def test_a_failure_injected_inside_arrive_leaves_the_first_half_and_the_st
 async def test_every_move_calls_its_gap(server_url: str) -> None:
     gaps = Gaps()
     async with testing.testbed(server_url, gap=gaps) as bed:
-        assert bed.probe is not None
-        durable = bed.durable
-        assert isinstance(durable, RedisDurable)
-        checkpointer, scheduler = durable.checkpointer, durable.scheduler
-        holder = await checkpointer.claim("a", liveness=LIVENESS, budget=BUDGET)
-        assert holder is not None
-        await checkpointer.renew(holder)
-        await checkpointer.record(holder, "k", 1)
-        await checkpointer.transact(holder, "t", bed.probe.bump("a", "n"))
-        await checkpointer.release(holder)
-        await checkpointer.supply("a", "s", 2)
-        await checkpointer.append("a", 3)
-        await checkpointer.discard("a")
-
-        await scheduler.make_ready("b")
-        delivery = await scheduler.next_ready(timedelta(seconds=1))
-        assert delivery is not None
-        await scheduler.reclaim(timedelta(seconds=1))
-        await scheduler.wake_at(delivery, datetime.now(UTC) + timedelta(hours=1))
-        await scheduler.make_ready("b")
-        delivery = await scheduler.next_ready(timedelta(seconds=1))
-        assert delivery is not None
-        await scheduler.done(delivery)
-        await scheduler.cancel("b")
-
-        await durable.arrive("c", "k", 1)
-        await durable.send("c", 2)
-        await durable.discard("c")
-
-        await checkpointer.admit("d", "kind", None)
-        began = await checkpointer.begin("d", liveness=LIVENESS, budget=BUDGET, owner="me")
-        assert began is not None
-        assert began.holder is not None
-        await checkpointer.beat(began.holder, "step")
-        await checkpointer.settle(began.holder, Settlement(Status.BLOCKED, 1, keys=("x",)))
-        await checkpointer.withdraw("d")
-        await checkpointer.readmit("d")
-
-        await durable.start("kind", "e", None)
-        await durable.cancel("e")
-        await durable.retry("e")
-
-        assert gaps.seen == GAP_MOVES
-        # a second handle (reopen) awaits the same gap
-        gaps.seen.clear()
-        assert bed.reopen is not None
-        async with bed.reopen() as other:
-            await other.checkpointer.supply("f", "k", 1)
-        assert gaps.seen == {"Checkpointer.supply"}
+        assert isinstance(bed.durable, RedisDurable)
+        await make_every_move(bed, gaps)

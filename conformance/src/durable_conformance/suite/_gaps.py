@@ -13,9 +13,10 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from durable.interfaces import Durable
+from durable.interfaces import Durable, Settlement, Status
 from durable.plugins import GAP_MOVES, Probe, Testbed
 
 from durable_conformance.subject import DeclaredButUnimplemented, StoreUnderTest, _accepts
@@ -191,3 +192,58 @@ async def race(
     if isinstance(outcomes[1], BaseException):
         raise outcomes[1]
     return Raced(outcomes[0], outcomes[1], rival_first, reached, seen)
+
+
+async def make_every_move(testbed: Testbed[Any], gaps: Gaps) -> None:
+    """Make every move of :data:`GAP_MOVES` once on ``testbed`` (opened with ``gap=gaps``)
+    and check that each awaited its gap, and that a handle from ``reopen`` awaits it too:
+    a store's own test that its gap is wired to every move."""
+    assert testbed.probe is not None
+    durable: Any = testbed.durable
+    liveness, budget = timedelta(seconds=30), timedelta(minutes=5)
+    checkpointer, scheduler = durable.checkpointer, durable.scheduler
+    holder = await checkpointer.claim("a", liveness=liveness, budget=budget)
+    assert holder is not None
+    await checkpointer.renew(holder)
+    await checkpointer.record(holder, "k", 1)
+    await checkpointer.transact(holder, "t", testbed.probe.bump("a", "n"))
+    await checkpointer.release(holder)
+    await checkpointer.supply("a", "s", 2)
+    await checkpointer.append("a", 3)
+    await checkpointer.discard("a")
+
+    await scheduler.make_ready("b")
+    delivery = await scheduler.next_ready(timedelta(seconds=1))
+    assert delivery is not None
+    await scheduler.reclaim(timedelta(seconds=1))
+    await scheduler.wake_at(delivery, datetime.now(UTC) + timedelta(hours=1))
+    await scheduler.make_ready("b")
+    delivery = await scheduler.next_ready(timedelta(seconds=1))
+    assert delivery is not None
+    await scheduler.done(delivery)
+    await scheduler.cancel("b")
+
+    await durable.arrive("c", "k", 1)
+    await durable.send("c", 2)
+    await durable.discard("c")
+
+    await checkpointer.admit("d", "kind", None)
+    began = await checkpointer.begin("d", liveness=liveness, budget=budget, owner="me")
+    assert began is not None
+    assert began.holder is not None
+    await checkpointer.beat(began.holder, "step")
+    await checkpointer.settle(began.holder, Settlement(Status.BLOCKED, 1, keys=("x",)))
+    await checkpointer.withdraw("d")
+    await checkpointer.readmit("d")
+
+    await durable.start("kind", "e", None)
+    await durable.cancel("e")
+    await durable.retry("e")
+
+    assert gaps.seen == GAP_MOVES
+    # a second handle (reopen) awaits the same gap
+    gaps.seen.clear()
+    assert testbed.reopen is not None
+    async with testbed.reopen() as other:
+        await other.checkpointer.supply("f", "k", 1)
+    assert gaps.seen == {"Checkpointer.supply"}
