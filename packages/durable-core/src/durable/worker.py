@@ -609,27 +609,25 @@ async def _settle_and_reply(
     started = time.monotonic()
     try:
         await lifecycle.settle(holder, ended)
-    except Fenced as fenced:
+    except BaseException as error:
+        # Not settled: the telling of a parent is never sent, whoever settles instead (the
+        # fence's owner, a later pass after an outage, or the caller settling an outcome the
+        # store cannot keep as the body's failure, with a telling of its own).
         if after is not None:
             cast("Coroutine[Any, Any, None]", after).close()
-        log.warning(
-            "workflow %r: could not record it %s: %s", delivery.workflow, ended.status, fenced
-        )
-    except StoreUnavailable as error:
-        if after is not None:
-            cast("Coroutine[Any, Any, None]", after).close()
-        outage.failed(
-            f"settling workflow {delivery.workflow!r} as {ended.status}",
-            error,
-            workflow=delivery.workflow,
-        )
-        return
-    except BaseException:
-        # Not settled (an outcome the store cannot keep, which the caller settles again as
-        # the body's failure, with a telling of its own): this telling is never sent.
-        if after is not None:
-            cast("Coroutine[Any, Any, None]", after).close()
-        raise
+        if isinstance(error, Fenced):
+            log.warning(
+                "workflow %r: could not record it %s: %s", delivery.workflow, ended.status, error
+            )
+        elif isinstance(error, StoreUnavailable):
+            outage.failed(
+                f"settling workflow {delivery.workflow!r} as {ended.status}",
+                error,
+                workflow=delivery.workflow,
+            )
+            return
+        else:
+            raise
     else:
         if after is not None and not await _tell_parent(after, delivery.workflow, outage):
             return
