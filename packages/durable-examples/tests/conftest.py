@@ -1,4 +1,6 @@
-"""Servers for the demo tests: a fresh Postgres schema and a fresh Redis prefix per test.
+"""Servers for the demo tests: a fresh Postgres schema and a fresh Redis prefix per test,
+and ``url`` (each store in turn), durable-core's public fixture from
+:mod:`durable.store_fixtures`.
 
 Which server: ``DURABLE_POSTGRES_URL`` / ``DURABLE_REDIS_URL`` when set (an error if it does
 not answer, since someone asked for it), else the loopback default when it answers, else
@@ -15,6 +17,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 import redis
+from durable.store_fixtures import url
+
+__all__ = ["postgres_url", "redis_url", "url"]  # pytest finds fixtures in this namespace
 
 POSTGRES_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_DEFAULT = "redis://127.0.0.1:6379/0"

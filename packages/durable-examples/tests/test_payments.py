@@ -5,10 +5,9 @@ five charges in flight at the provider, and do reach five."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import durable
@@ -24,16 +23,6 @@ from durable_examples.warehouses import (
     limit_payments,
     warehouse_workflows,
 )
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        yield request.getfixturevalue(f"{request.param}_url")
 
 
 @pytest.fixture

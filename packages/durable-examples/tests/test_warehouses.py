@@ -4,9 +4,8 @@ memory, SQLite and (when a server answers) PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import durable
@@ -34,16 +33,6 @@ ORDER: dict[str, Any] = {
         {"sku": "pen", "quantity": 3, "warehouse": "berlin"},
     ],
 }
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        yield request.getfixturevalue(f"{request.param}_url")
 
 
 @pytest.fixture
