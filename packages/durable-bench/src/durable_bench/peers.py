@@ -351,6 +351,10 @@ async def dbos_contenders(backend: str, scratch: Path) -> AsyncIterator[list[Con
     finally:
         threads.shutdown()
         dbos.DBOS.destroy()
+        # DBOS makes its own thread pool the event loop's default executor and shuts it
+        # down when destroyed; whatever runs on this loop afterwards (the store testbeds'
+        # teardown, asyncio.to_thread) needs a default executor that still takes work.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
 
 
 # -- LangGraph --------------------------------------------------------------------------------

@@ -26,10 +26,11 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 import psycopg.errors
+from durable.group import GroupCommit, Waiting
 from durable.plugins import Gap
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg.pq import TransactionStatus
@@ -106,20 +107,16 @@ class Connections:
 
     __slots__ = (
         "batches",
-        "busy",
-        "crowd",
-        "flushing",
         "gap",
         "group_commit",
         "history_query",
         "locks",
-        "pending",
         "pool",
         "prepare",
-        "readers",
-        "reading",
+        "reads",
         "schema",
         "single",
+        "writes",
     )
 
     def __init__(
@@ -136,12 +133,10 @@ class Connections:
         self.prepare = prepare
         self.gap = gap
         self.group_commit = group_commit
-        self.busy = False
-        self.pending: list[_Write] = []
-        self.flushing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak refs
-        self.crowd = False  # whether the last commit answered more than one caller
-        self.reading = False  # whether a history read of this store is on its way
-        self.readers: list[tuple[str, asyncio.Future[list[Row]]]] = []
+        self.writes = _Writes(self)
+        """Group commit of the fenced, repeatable writes (:meth:`grouped`)."""
+        self.reads = _Reads(self)
+        """The history reads of passes that start together, grouped (:meth:`history`)."""
         self.locks: Mapping[str, bytes] = {}
         # The single-row statements a batch may carry, and their multi-row forms.
         single = statements(schema)
@@ -319,99 +314,7 @@ class Connections:
             return await self.one(
                 doing, query, params, repeatable=True, subject=subject, move=move, lock=lock
             )
-        write = _Write(doing, query, params, subject)
-        if self.busy:
-            self.pending.append(write)
-            return await write.future
-        # Nothing on its way. If the last commit answered several callers, one turn of
-        # the event loop first, so that the writes of the passes it woke join this one
-        # rather than wait a whole round trip behind it; then it goes at once, alone if
-        # none did. After a lone write there is no crowd, and a lone writer pays nothing.
-        self.busy = True
-        if self.crowd:
-            try:
-                await asyncio.sleep(0)
-            except BaseException:
-                self._next()
-                raise
-        if self.pending:
-            self.pending.insert(0, write)
-            self._next()
-            return await write.future
-        try:
-            return await self._one(doing, query, params, repeatable=True, subject=subject)
-        finally:
-            self.crowd = bool(self.pending)
-            self._next()
-
-    def _next(self) -> None:
-        if self.pending:
-            batch, self.pending = self.pending, []
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
-            self.flushing.add(task)
-            task.add_done_callback(self.flushing.discard)
-        else:
-            self.busy = False
-
-    async def _flush(self, batch: list[_Write]) -> None:
-        self.crowd = len(batch) > 1
-        try:
-            if len(batch) == 1:
-                await batch[0].alone(self)
-                return
-            ordered = sorted(batch, key=_Write.order)
-            try:
-                verdicts = await self._multirow(ordered)
-            except Exception as error:
-                log.debug(
-                    "a multi-row group commit of %d writes failed (%s); sending them as a "
-                    "pipeline of single-row statements",
-                    len(batch),
-                    error,
-                )
-            else:
-                again = []
-                for write, verdict in zip(ordered, verdicts, strict=True):
-                    if isinstance(verdict, _AskAgain):
-                        again.append(write)
-                    elif not write.future.done():
-                        write.future.set_result(verdict)
-                if again:
-                    await asyncio.gather(*(write.alone(self) for write in again))
-                return
-            try:
-                rows = await self.transaction(
-                    f"group commit of {len(ordered)} writes",
-                    [(write.query, write.params) for write in ordered],
-                    repeatable=False,
-                )
-            except Exception as error:
-                log.debug(
-                    "a group commit of %d writes failed (%s); each goes alone", len(batch), error
-                )
-                await asyncio.gather(*(write.alone(self) for write in ordered))
-                return
-            for write, row in zip(ordered, rows, strict=True):
-                if not write.future.done():
-                    write.future.set_result(row)
-        except BaseException as error:
-            for write in batch:
-                if not write.future.done():
-                    if isinstance(error, asyncio.CancelledError):
-                        write.future.cancel()
-                    else:
-                        write.future.set_exception(error)
-            if isinstance(error, KeyboardInterrupt | SystemExit):
-                raise
-        finally:
-            if len(batch) > 1:
-                # Several callers were just answered. The next batch goes after one turn of
-                # the event loop, so that the writes of the passes this one woke join the
-                # writes that waited, rather than queue a whole round trip behind them: the
-                # passes then step together instead of settling into halves taking turns.
-                asyncio.get_running_loop().call_soon(self._next)
-            else:
-                self._next()
+        return cast(Row | None, await self.writes.submit(_Write(doing, query, params, subject)))
 
     async def _multirow(self, ordered: Sequence[_Write]) -> list[Row | _AskAgain | None]:
         """Send ``ordered`` (records, renewals, releases, claims) as one multi-row statement
@@ -555,69 +458,7 @@ class Connections:
         doing = f"history of {workflow!r}"
         if not self.group_commit or self.gap is not None:
             return await self.rows(doing, self.history_query, {"workflow": workflow})
-        if self.reading:
-            future: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
-            self.readers.append((workflow, future))
-            return await future
-        self.reading = True
-        try:
-            return await self.rows(doing, self.history_query, {"workflow": workflow})
-        finally:
-            self._next_read()
-
-    def _next_read(self) -> None:
-        if self.readers:
-            batch, self.readers = self.readers, []
-            task = asyncio.get_running_loop().create_task(self._read(batch))
-            self.flushing.add(task)
-            task.add_done_callback(self.flushing.discard)
-        else:
-            self.reading = False
-
-    async def _read(self, batch: list[tuple[str, asyncio.Future[list[Row]]]]) -> None:
-        try:
-            workflows = sorted({workflow for workflow, _ in batch})
-            try:
-                rows = await self.rows(
-                    f"history of {len(workflows)} workflows",
-                    self.batches["history_batch"],
-                    {"workflows": workflows},
-                )
-            except Exception as error:
-                log.debug(
-                    "a grouped read of %d histories failed (%s); each goes alone", len(batch), error
-                )
-                await asyncio.gather(*(self._read_alone(w, f) for w, f in batch))
-                return
-            found: dict[str, list[Row]] = {}
-            for row in rows:
-                found.setdefault(row[0], []).append(row[1:])
-            for workflow, future in batch:
-                if not future.done():
-                    future.set_result(found.get(workflow, []))
-        except BaseException as error:
-            for _, future in batch:
-                if not future.done():
-                    if isinstance(error, asyncio.CancelledError):
-                        future.cancel()
-                    else:
-                        future.set_exception(error)
-            if isinstance(error, KeyboardInterrupt | SystemExit):
-                raise
-        finally:
-            self._next_read()
-
-    async def _read_alone(self, workflow: str, future: asyncio.Future[list[Row]]) -> None:
-        try:
-            rows = await self.rows(
-                f"history of {workflow!r}", self.history_query, {"workflow": workflow}
-            )
-        except Exception as error:
-            if not future.done():
-                future.set_exception(error)
-        else:
-            if not future.done():
-                future.set_result(rows)
+        return cast(list[Row], await self.reads.submit(_Read(workflow)))
 
     async def rows(self, doing: str, query: bytes, params: Params) -> list[Row]:
         """Every row of one read."""
@@ -708,38 +549,116 @@ class _AskAgain:
 _ASK_AGAIN = _AskAgain()
 
 
-class _Write:
-    """One write waiting for a group commit, and the future its caller awaits."""
+class _Write(Waiting):
+    """One write waiting for a group commit; its caller awaits :attr:`future`."""
 
-    __slots__ = ("doing", "future", "params", "query", "subject")
+    __slots__ = ("doing", "params", "query", "subject")
 
     def __init__(self, doing: str, query: bytes, params: Params, subject: Subject | None) -> None:
+        super().__init__()
         self.doing = doing
         self.query = query
         self.params = params
         self.subject = subject
-        self.future: asyncio.Future[Row | None] = asyncio.get_running_loop().create_future()
 
     def order(self) -> str:
         return str(self.params.get("workflow", ""))
 
-    async def alone(self, db: Connections) -> None:
-        """Send this write by itself and hand its caller the outcome, whatever it is."""
+
+class _Writes(GroupCommit[_Write]):
+    """Group commit of one store's fenced, repeatable writes: see :meth:`Connections.grouped`."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: Connections) -> None:
+        super().__init__()
+        self.db = db
+
+    async def alone(self, write: _Write) -> Row | None:
+        return await self.db._one(
+            write.doing, write.query, write.params, repeatable=True, subject=write.subject
+        )
+
+    async def together(self, batch: list[_Write]) -> None:
+        db = self.db
+        ordered = sorted(batch, key=_Write.order)
         try:
-            row = await db._one(
-                self.doing, self.query, self.params, repeatable=True, subject=self.subject
+            verdicts = await db._multirow(ordered)
+        except Exception as error:
+            log.debug(
+                "a multi-row group commit of %d writes failed (%s); sending them as a "
+                "pipeline of single-row statements",
+                len(batch),
+                error,
             )
-        except BaseException as error:
-            if not self.future.done():
-                if isinstance(error, asyncio.CancelledError):
-                    self.future.cancel()
-                else:
-                    self.future.set_exception(error)
-            if not isinstance(error, Exception):
-                raise
         else:
-            if not self.future.done():
-                self.future.set_result(row)
+            again = []
+            for write, verdict in zip(ordered, verdicts, strict=True):
+                if isinstance(verdict, _AskAgain):
+                    again.append(write)
+                else:
+                    write.answer(verdict)
+            if again:
+                await asyncio.gather(*(self.answer_alone(write) for write in again))
+            return
+        try:
+            rows = await db.transaction(
+                f"group commit of {len(ordered)} writes",
+                [(write.query, write.params) for write in ordered],
+                repeatable=False,
+            )
+        except Exception as error:
+            log.debug("a group commit of %d writes failed (%s); each goes alone", len(batch), error)
+            await asyncio.gather(*(self.answer_alone(write) for write in ordered))
+            return
+        for write, row in zip(ordered, rows, strict=True):
+            write.answer(row)
+
+
+class _Read(Waiting):
+    """One history read waiting for a grouped read."""
+
+    __slots__ = ("workflow",)
+
+    def __init__(self, workflow: str) -> None:
+        super().__init__()
+        self.workflow = workflow
+
+
+class _Reads(GroupCommit[_Read]):
+    """History reads of one store grouped: see :meth:`Connections.history`. A read commits
+    nothing, so the gate of writes is reused only for its who-waits-for-whom."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: Connections) -> None:
+        super().__init__()
+        self.db = db
+
+    async def alone(self, write: _Read) -> list[Row]:
+        return await self.db.rows(
+            f"history of {write.workflow!r}", self.db.history_query, {"workflow": write.workflow}
+        )
+
+    async def together(self, batch: list[_Read]) -> None:
+        workflows = sorted({read.workflow for read in batch})
+        try:
+            rows = await self.db.rows(
+                f"history of {len(workflows)} workflows",
+                self.db.batches["history_batch"],
+                {"workflows": workflows},
+            )
+        except Exception as error:
+            log.debug(
+                "a grouped read of %d histories failed (%s); each goes alone", len(batch), error
+            )
+            await asyncio.gather(*(self.answer_alone(read) for read in batch))
+            return
+        found: dict[str, list[Row]] = {}
+        for row in rows:
+            found.setdefault(row[0], []).append(row[1:])
+        for read in batch:
+            read.answer(found.get(read.workflow, []))
 
 
 def _interval(duration: object) -> str:

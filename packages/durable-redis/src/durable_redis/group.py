@@ -24,6 +24,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import durable.group
+from durable.group import Waiting
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 
@@ -39,91 +41,44 @@ _AGAIN: Any = object()
 Call = Callable[[AsyncScript, tuple[str, ...], tuple[Any, ...]], Awaitable[Any]]
 
 
-class _Script:
-    __slots__ = ("args", "future", "keys", "script")
+class _Script(Waiting):
+    __slots__ = ("args", "keys", "script")
 
     def __init__(self, script: AsyncScript, keys: tuple[str, ...], args: tuple[Any, ...]) -> None:
+        super().__init__()
         self.script = script
         self.keys = keys
         self.args = args
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
 
-class GroupCommit:
+class GroupCommit(durable.group.GroupCommit[_Script]):
     """The scripts of one store handle waiting to go together; see the module."""
 
-    __slots__ = ("alone", "busy", "client", "crowd", "flushing", "pending")
+    __slots__ = ("call_alone", "client")
 
     def __init__(self, client: Client, alone: Call) -> None:
+        super().__init__()
         self.client = client
-        self.alone = alone
+        self.call_alone = alone
         """The ordinary call of one script (reloads, translates errors)."""
-        self.busy = False
-        self.crowd = False  # whether the last round trip answered more than one caller
-        self.pending: list[_Script] = []
-        self.flushing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak refs
 
     async def call(self, script: AsyncScript, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
-        if self.busy:
-            waiting = _Script(script, keys, args)
-            self.pending.append(waiting)
-            return await waiting.future
-        self.busy = True
-        if self.crowd:
-            # The passes the last round trip woke write again in this same instant: one
-            # turn of the event loop lets them join this script instead of queueing a
-            # whole round trip behind it. After a lone write a lone writer pays nothing.
-            try:
-                await asyncio.sleep(0)
-            except BaseException:
-                self._next()
-                raise
-        if self.pending:
-            own = _Script(script, keys, args)
-            self.pending.insert(0, own)
-            self._next()
-            return await own.future
-        try:
-            return await self.alone(script, keys, args)
-        finally:
-            self.crowd = bool(self.pending)
-            self._next()
+        """``script``'s reply, sent alone or in the next pipeline."""
+        return await self.submit(_Script(script, keys, args))
 
-    def _next(self) -> None:
-        if self.pending:
-            batch, self.pending = self.pending, []
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
-            self.flushing.add(task)
-            task.add_done_callback(self.flushing.discard)
-        else:
-            self.busy = False
+    async def alone(self, write: _Script) -> Any:
+        return await self.call_alone(write.script, write.keys, write.args)
 
-    async def _flush(self, batch: list[_Script]) -> None:
-        self.crowd = len(batch) > 1
-        try:
-            if len(batch) == 1:
-                await self._alone(batch[0])
-                return
-            replies = await self._pipelined(batch)
-            again = []
-            for item, reply in zip(batch, replies, strict=True):
-                if reply is _AGAIN or isinstance(reply, BaseException):
-                    again.append(item)
-                elif not item.future.done():
-                    item.future.set_result(reply)
-            if again:
-                await asyncio.gather(*(self._alone(item) for item in again))
-        except BaseException as error:
-            for item in batch:
-                if not item.future.done():
-                    if isinstance(error, asyncio.CancelledError):
-                        item.future.cancel()
-                    else:
-                        item.future.set_exception(error)
-            if isinstance(error, KeyboardInterrupt | SystemExit):
-                raise
-        finally:
-            self._next()
+    async def together(self, batch: list[_Script]) -> None:
+        replies = await self._pipelined(batch)
+        again = []
+        for item, reply in zip(batch, replies, strict=True):
+            if reply is _AGAIN or isinstance(reply, BaseException):
+                again.append(item)
+            else:
+                item.answer(reply)
+        if again:
+            await asyncio.gather(*(self.answer_alone(item) for item in again))
 
     async def _pipelined(self, batch: list[_Script]) -> list[Any]:
         """Each script's reply, in order: a value, an error reply, or ``_AGAIN`` for one
@@ -192,18 +147,3 @@ class GroupCommit:
 
         await asyncio.gather(*(send(node, indexes) for node, indexes in nodes.values()))
         return replies
-
-    async def _alone(self, item: _Script) -> None:
-        try:
-            reply = await self.alone(item.script, item.keys, item.args)
-        except BaseException as error:
-            if not item.future.done():
-                if isinstance(error, asyncio.CancelledError):
-                    item.future.cancel()
-                else:
-                    item.future.set_exception(error)
-            if not isinstance(error, Exception):
-                raise
-        else:
-            if not item.future.done():
-                item.future.set_result(reply)

@@ -46,7 +46,9 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import aiosqlite
+import durable.group
 from durable.clock import Clock
+from durable.group import Waiting
 from durable.interfaces import StoreError, StoreUnavailable
 from durable.plugins import Gap
 
@@ -408,7 +410,7 @@ async def transaction(
     batcher = batcher_of(connection)
     if alone or not batcher.enabled:
         return cast(T, await _execute(connection)(_transact, connection, work))
-    return await batcher.submit(work)
+    return await batcher.write(work)
 
 
 def batcher_of(connection: aiosqlite.Connection) -> GroupCommit:
@@ -432,7 +434,17 @@ def _transact(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connecti
 # -- group commit ------------------------------------------------------------------------------
 
 
-class GroupCommit:
+class _Work(Waiting):
+    """One work waiting for a batch of the connection's :class:`GroupCommit`."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Callable[[sqlite3.Connection], Any]) -> None:
+        super().__init__()
+        self.work = work
+
+
+class GroupCommit(durable.group.GroupCommit[_Work]):
     """Writes of one connection that arrive together, sent in one trip and one commit.
 
     A commit under ``synchronous=FULL`` is a sync of the write-ahead log, and a trip to
@@ -456,15 +468,12 @@ class GroupCommit:
     are run again in a fresh transaction: nothing they said has been answered yet.
     """
 
-    __slots__ = ("__weakref__", "busy", "connection", "crowd", "enabled", "flushing", "pending")
+    __slots__ = ("__weakref__", "connection", "enabled")
 
     def __init__(self, connection: aiosqlite.Connection) -> None:
+        super().__init__()
         self.connection = connection
         self.enabled = True
-        self.busy = False
-        self.pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
-        self.flushing: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak refs
-        self.crowd = False  # whether the last commit answered more than one caller
 
     def write(self, work: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
         """``work`` in a transaction of its own, or in the next batch when group commit is
@@ -472,101 +481,29 @@ class GroupCommit:
         handing back the awaitable, so that a step's write pays no coroutine of its own."""
         if not self.enabled:
             return cast(Awaitable[T], _execute(self.connection)(_transact, self.connection, work))
-        return self.submit(work)
-
-    async def submit(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        if self.busy:
-            future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-            self.pending.append((work, future))
-            return await future
-        # Nothing on its way. If the last commit answered several callers, one turn of
-        # the event loop first, so that the writes of the passes it woke join this one
-        # rather than wait a whole trip behind it; then this work goes at once, alone by
-        # the plain path if none did. (After a lone write there is no crowd to wait for,
-        # and a lone writer pays nothing.) Whatever arrives meanwhile goes as one batch
-        # when it is back.
-        self.busy = True
-        if self.crowd:
-            try:
-                await asyncio.sleep(0)
-            except BaseException:
-                self._next()
-                raise
-        if self.pending:
-            own: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-            self.pending.insert(0, (work, own))
-            self._next()
-            return await own
-        try:
-            return cast(T, await _execute(self.connection)(_transact, self.connection, work))
-        finally:
-            self.sent()
+        return cast(Awaitable[T], self.submit(_Work(work)))
 
     def take(self) -> bool:
-        """Whether a write may go at once and alone, sent by its caller: group commit on,
-        nothing of this connection on its way, and no crowd just answered. If so the
-        caller holds the connection's turn, sends its work itself (:func:`_transact` by
-        :func:`_execute`) and calls :meth:`sent` once it is back, however it ended.
+        """Whether a write may go at once and alone, sent by its caller (:func:`_transact`
+        by :func:`_execute`), who then calls :meth:`sent` once it is back, however it
+        ended: see :meth:`durable.group.GroupCommit.take`. ``False`` also while group
+        commit is off, which sends the caller to :meth:`write`."""
+        return self.enabled and super().take()
 
-        :meth:`submit`'s lone path without its coroutine, for the write every step makes:
-        each coroutine between a step and the connection's thread costs the step going
-        and coming back. ``False`` sends the caller to :meth:`write`.
-        """
-        if self.busy or self.crowd or not self.enabled:
-            return False
-        self.busy = True
-        return True
+    async def alone(self, write: _Work) -> Any:
+        return await _execute(self.connection)(_transact, self.connection, write.work)
 
-    def sent(self) -> None:
-        """A lone write is back: send whatever arrived meanwhile as one batch."""
-        self.crowd = bool(self.pending)
-        self._next()
-
-    def _next(self) -> None:
-        if self.pending:
-            batch, self.pending = self.pending, []
-            task = asyncio.get_running_loop().create_task(self._flush(batch))
-            self.flushing.add(task)
-            task.add_done_callback(self.flushing.discard)
-        else:
-            self.busy = False
-
-    async def _flush(
-        self, batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]
-    ) -> None:
-        try:
-            await self._send(batch)
-        finally:
-            self._next()
-
-    async def _send(
-        self, batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]
-    ) -> None:
+    async def together(self, batch: list[_Work]) -> None:
         """The batch in one trip and one transaction; each caller's future answered."""
-        works = [work for work, _ in batch]
-        self.crowd = len(batch) > 1
-        try:
-            outcomes: list[tuple[bool, object]] = await _execute(self.connection)(
-                _run_batch, self.connection, works
-            )
-        except BaseException as error:
-            for _, future in batch:
-                if future.done():
-                    continue
-                if isinstance(error, asyncio.CancelledError):
-                    future.cancel()
-                else:
-                    future.set_exception(error)
-            if isinstance(error, KeyboardInterrupt | SystemExit):
-                raise
-            return
-        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-            if future.done():
-                continue  # its caller was cancelled; the write stands or not regardless
+        outcomes: list[tuple[bool, object]] = await _execute(self.connection)(
+            _run_batch, self.connection, [write.work for write in batch]
+        )
+        for write, (ok, value) in zip(batch, outcomes, strict=True):
+            # A caller that was cancelled hears nothing; its write stands or not regardless.
             if ok:
-                future.set_result(value)
+                write.answer(value)
             else:
-                future.set_exception(cast(BaseException, value))
+                write.fail(cast(BaseException, value))
 
 
 _batchers: weakref.WeakKeyDictionary[aiosqlite.Connection, GroupCommit] = (
