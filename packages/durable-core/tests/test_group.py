@@ -56,7 +56,8 @@ async def test_a_lone_write_goes_alone_at_once() -> None:
     assert await gate.submit(_Item(1)) == 10
     assert await gate.submit(_Item(2)) == 20
     assert gate.trips == [("alone", 1), ("alone", 2)]
-    assert not gate.busy and not gate.pending
+    assert not gate.busy
+    assert not gate.pending
 
 
 async def test_writes_arriving_meanwhile_leave_together_in_arrival_order() -> None:
@@ -66,7 +67,8 @@ async def test_writes_arriving_meanwhile_leave_together_in_arrival_order() -> No
     assert gate.trips[0] == ("alone", 1)
     assert gate.trips[1] == ("together", list(range(2, 9)))
     assert len(gate.trips) == 2
-    assert not gate.busy and not gate.flushing
+    assert not gate.busy
+    assert not gate.flushing
 
 
 async def test_a_crowd_answered_lets_the_woken_writers_join_the_next_batch() -> None:
@@ -97,8 +99,11 @@ async def test_a_write_the_batch_cannot_decide_is_sent_alone_and_only_it_fails()
         gate.submit(_Item(4)),
         return_exceptions=True,
     )
-    assert results[0] == 10 and results[1] == 20 and results[3] == 40
-    assert isinstance(results[2], ValueError) and "-3 refused" in str(results[2])
+    assert results[0] == 10
+    assert results[1] == 20
+    assert results[3] == 40
+    assert isinstance(results[2], ValueError)
+    assert "-3 refused" in str(results[2])
     assert ("alone", -3) in gate.trips
 
 
@@ -144,7 +149,8 @@ async def test_take_and_sent_hold_the_turn_for_a_caller_that_sends_itself() -> N
     assert not gate.take(), "one turn at a time"
     waiting = asyncio.ensure_future(gate.submit(_Item(7)))
     await asyncio.sleep(0)
-    assert not waiting.done() and len(gate.pending) == 1
+    assert not waiting.done()
+    assert len(gate.pending) == 1
     gate.sent()
     assert await waiting == 70
     assert gate.trips == [("alone", 7)], "a batch of one goes alone"
