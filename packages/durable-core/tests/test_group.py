@@ -90,6 +90,24 @@ async def test_a_crowd_answered_lets_the_woken_writers_join_the_next_batch() -> 
     assert sizes[2:] == [8, 8, 8, 8], gate.trips
 
 
+class _Unsettled(_Recorder):
+    settle_after_crowd = False
+
+
+async def test_without_the_turn_the_writers_settle_into_two_groups_taking_turns() -> None:
+    """What the turn after a crowd is for: without it, the writer that went alone first
+    goes alone again while the other seven are still waking, round after round."""
+    gate = _Unsettled()
+
+    async def writer(n: int) -> None:
+        for step in range(5):
+            await gate.submit(_Item(n * 100 + step))
+
+    await asyncio.gather(*(writer(n) for n in range(8)))
+    sizes = [len(values) if kind == "together" else 1 for kind, values in gate.trips]
+    assert sizes == [1, 7] * 5, gate.trips
+
+
 async def test_a_write_the_batch_cannot_decide_is_sent_alone_and_only_it_fails() -> None:
     gate = _Recorder()
     results = await asyncio.gather(

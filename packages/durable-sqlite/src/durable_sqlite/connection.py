@@ -407,10 +407,9 @@ async def transaction(
     out of any batch: one that runs the application's code (a ``transact`` effect), which
     could end the transaction it shares with other callers' writes.
     """
-    batcher = batcher_of(connection)
-    if alone or not batcher.enabled:
+    if alone:
         return cast(T, await _execute(connection)(_transact, connection, work))
-    return await batcher.write(work)
+    return await batcher_of(connection).write(work)  # alone too while group commit is off
 
 
 def batcher_of(connection: aiosqlite.Connection) -> GroupCommit:
